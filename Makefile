@@ -1,0 +1,28 @@
+# Two entry points for users: `make demo` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+export TF_CPP_MIN_LOG_LEVEL ?= 2
+export KERAS_BACKEND := tensorflow
+
+.PHONY: demo test test-fast venv clean
+
+$(VENV)/.installed: requirements.txt requirements-test.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements-test.txt
+	touch $@
+
+venv: $(VENV)/.installed
+
+demo: venv
+	bash data/demo.sh
+
+test: venv
+	$(PY) -m pytest -q tests
+
+test-fast: venv
+	$(PY) -m pytest -q -m "not slow" tests
+
+clean:
+	rm -rf $(VENV) runs

@@ -1,0 +1,171 @@
+"""Properties of section 3 checked on tiny models."""
+
+import math
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tf_transformer import presets
+from tf_transformer.config import BOS_ID, Config, ConfigError, ModelConfig
+from tf_transformer.model import build_model
+
+TINY = ModelConfig(vocab_size=40, num_layers=2, d_model=32, d_ff=64, num_heads=4, dropout=0.0)
+
+
+def _batch(seed=0, batch=3, s=7, t=6, vocab=40):
+    rng = np.random.default_rng(seed)
+    source = rng.integers(4, vocab, size=(batch, s))
+    target = rng.integers(4, vocab, size=(batch, t))
+    target[:, 0] = BOS_ID
+    source[1, 4:] = 0  # a shorter source
+    return tf.constant(source, tf.int32), tf.constant(target, tf.int32)
+
+
+@pytest.mark.parametrize("overrides", [{}, {"pre_norm": True}, {"positions": "learned"},
+                                       {"share_embeddings": False, "source_vocab_size": 50}])
+def test_causality(overrides):
+    model = build_model(TINY.__class__(**{**TINY.__dict__, **overrides}))
+    source, target = _batch()
+    logits = model({"source": source, "target_in": target}).numpy()
+    for i in range(target.shape[1] - 1):
+        changed = target.numpy().copy()
+        changed[:, i + 1:] = np.random.default_rng(i).integers(4, 40, size=changed[:, i + 1:].shape)
+        other = model({"source": source, "target_in": tf.constant(changed)}).numpy()
+        np.testing.assert_allclose(other[:, :i + 1], logits[:, :i + 1], atol=1e-5)
+        assert np.abs(other[:, i + 1:] - logits[:, i + 1:]).max() > 1e-3  # the future does change
+
+
+def test_padding_invariance():
+    model = build_model(TINY)
+    source, target = _batch()
+    logits = model({"source": source, "target_in": target}).numpy()
+    padded = tf.pad(source, [[0, 0], [0, 5]])
+    logits_padded = model({"source": padded, "target_in": target}).numpy()
+    np.testing.assert_allclose(logits_padded, logits, atol=1e-5)
+    memory, memory_padded = model.encode(source).numpy(), model.encode(padded).numpy()
+    real = source.numpy() != 0
+    np.testing.assert_allclose(memory_padded[:, :7][real], memory[real], atol=1e-5)
+
+
+def test_sinusoid_equals_paper_formula():
+    model = build_model(ModelConfig(vocab_size=40, num_layers=1, d_model=16, d_ff=32, num_heads=2))
+    table = model.target_embedding.position_table(50).numpy()
+    pos = np.arange(50)[:, None]
+    i = np.arange(8)[None, :]
+    expected = np.zeros((50, 16))
+    expected[:, 0::2] = np.sin(pos / 10000 ** (2 * i / 16))
+    expected[:, 1::2] = np.cos(pos / 10000 ** (2 * i / 16))
+    np.testing.assert_allclose(table, expected, atol=1e-5)
+    shifted = model.target_embedding.position_table(5, start_index=17).numpy()
+    np.testing.assert_allclose(shifted, expected[17:22], atol=1e-5)
+
+
+def test_embedding_scaled_and_shared():
+    model = build_model(TINY)
+    ids = tf.constant([[5, 9]])
+    table = model.target_embedding.token_embedding.embeddings.numpy()
+    embedded = model.target_embedding(ids).numpy()
+    positions = model.target_embedding.position_table(2).numpy()
+    np.testing.assert_allclose(embedded[0], table[[5, 9]] * math.sqrt(32) + positions, atol=1e-5)
+    assert model.source_embedding is model.target_embedding
+    # The pre-softmax projection is the same matrix, transposed.
+    x = tf.random.normal([1, 32])
+    np.testing.assert_allclose(model.target_embedding.logits(x).numpy(), x.numpy() @ table.T,
+                               rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("overrides", [{}, {"pre_norm": True}, {"positions": "learned"},
+                                       {"d_k": 8, "d_v": 12}])
+def test_cached_decoding_equals_full_pass(overrides):
+    model = build_model(TINY.__class__(**{**TINY.__dict__, **overrides}))
+    source, target = _batch(batch=2, t=8)
+    full = model({"source": source, "target_in": target}).numpy()
+    cache = model.initial_cache(model.encode(source), source, max_length=8)
+    steps = []
+    for step in range(8):
+        logits, cache = model.decode_step(target, tf.constant(step), cache)
+        steps.append(logits.numpy())
+    np.testing.assert_allclose(np.stack(steps, 1), full, atol=1e-5)
+
+
+def test_decode_step_traces_once_in_a_while_loop():
+    model = build_model(TINY)
+    source, target = _batch(batch=2, t=8)
+
+    @tf.function
+    def run(source, target):
+        cache = model.initial_cache(model.encode(source), source, tf.shape(target)[1])
+
+        def body(step, cache, out):
+            logits, cache = model.decode_step(target, step, cache)
+            return step + 1, cache, out.write(step, logits)
+
+        _, _, out = tf.while_loop(lambda s, c, o: s < tf.shape(target)[1], body,
+                                  (0, cache, tf.TensorArray(tf.float32, size=tf.shape(target)[1])))
+        return tf.transpose(out.stack(), [1, 0, 2])
+
+    full = model({"source": source, "target_in": target}).numpy()
+    np.testing.assert_allclose(run(source, target).numpy(), full, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", presets.preset_names())
+def test_built_params_equal_closed_form(name):
+    config = presets.get_preset(name, vocab_size=1000).model
+    assert build_model(config).count_params() == presets.closed_form_params(config)
+
+
+def test_param_counts_against_table3():
+    base = presets.get_preset("base").model
+    big = presets.get_preset("big").model
+    assert round(presets.closed_form_params(base) / 1e6, 1) == 63.1
+    assert round(presets.closed_form_params(big) / 1e6, 1) == 214.2
+    for name, paper in presets.PAPER_PARAMS_MILLIONS.items():
+        ours = presets.closed_form_params(presets.get_preset(name).model) / 1e6
+        assert abs(ours - paper) / paper < 0.07, (name, ours, paper)
+    # The built model agrees at full size too (base; big's count equals closed form above).
+    assert build_model(base).count_params() == presets.closed_form_params(base)
+
+
+def test_serialization_round_trip(tmp_path):
+    model = build_model(TINY.__class__(**{**TINY.__dict__, "dropout": 0.1}))
+    source, target = _batch()
+    expected = model({"source": source, "target_in": target}).numpy()
+    path = str(tmp_path / "model.keras")
+    model.save(path)
+    loaded = keras.models.load_model(path)
+    np.testing.assert_array_equal(loaded({"source": source, "target_in": target}).numpy(), expected)
+    assert loaded.get_config() == model.get_config()
+    for layer in (model.encoder.layers[0], model.decoder.layers[0],
+                  model.decoder.layers[0].cross_attention, model.target_embedding):
+        clone = layer.__class__.from_config(layer.get_config())
+        assert clone.get_config() == layer.get_config()
+
+
+def test_mixed_bfloat16_keeps_logits_and_norms_float32():
+    model = build_model(TINY, dtype="mixed_bfloat16")
+    source, target = _batch()
+    logits = model({"source": source, "target_in": target})
+    assert logits.dtype == tf.float32
+    assert model.encoder.layers[0].self_attention.qkv_kernel.dtype == "float32"
+    full32 = build_model(TINY)
+    full32.set_weights(model.get_weights())
+    reference = full32({"source": source, "target_in": target}).numpy()
+    assert np.abs(logits.numpy() - reference).max() < 0.1 * np.abs(reference).max()
+
+
+def test_bad_configuration_fails_clearly():
+    with pytest.raises(ConfigError, match="not divisible"):
+        ModelConfig(d_model=100, num_heads=8)
+    with pytest.raises(ConfigError, match="unknown preset"):
+        presets.get_preset("huge")
+    with pytest.raises(ConfigError, match="positions"):
+        ModelConfig(positions="rotary")
+    assert ModelConfig(d_model=100, num_heads=8, d_k=16, d_v=16).key_dim == 16
+
+
+def test_config_json_round_trip(tmp_path):
+    config = presets.get_preset("small")
+    config.save(str(tmp_path))
+    assert Config.load(str(tmp_path)) == config

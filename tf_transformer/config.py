@@ -1,0 +1,209 @@
+"""Frozen configuration: one `Config` flows from flags to layers.
+
+The config is split by concern (model, data, train, decode). Presets are named
+after the paper's Table 3 rows. `Config` is written as JSON into the model
+directory, which makes that directory the single source of truth for export and
+translation: no hyperparameter is declared twice.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Any
+
+# Token ids fixed for every vocabulary this project trains (see tokenizer.py).
+PAD_ID = 0
+UNK_ID = 1
+BOS_ID = 2
+EOS_ID = 3
+
+POSITION_KINDS = ("sinusoid", "learned")
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot describe a valid model or run."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """The architecture of section 3; names follow the paper.
+
+    `d_k` and `d_v` of 0 mean `d_model // num_heads` (the paper's default);
+    Table 3 rows A and B set them explicitly.
+    """
+
+    vocab_size: int = 37000
+    num_layers: int = 6  # N, for the encoder and the decoder stacks
+    d_model: int = 512
+    d_ff: int = 2048
+    num_heads: int = 8  # h
+    d_k: int = 0
+    d_v: int = 0
+    dropout: float = 0.1  # P_drop: residual and embedding dropout (section 5.4)
+    attention_dropout: float = 0.0  # not in the paper; offered for experiments
+    positions: str = "sinusoid"  # "sinusoid" (section 3.5) or "learned" (row E)
+    max_positions: int = 1024  # table size for learned positions; decode limit
+    share_embeddings: bool = True  # source, target and pre-softmax (section 3.4)
+    source_vocab_size: int = 0  # only when not sharing; 0 means vocab_size
+    pre_norm: bool = False  # normalize first: an addition, off in the paper
+    layer_norm_epsilon: float = 1e-6
+
+    def __post_init__(self):
+        for name in ("vocab_size", "num_layers", "d_model", "d_ff", "num_heads",
+                     "max_positions"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.d_k < 0 or self.d_v < 0:
+            raise ConfigError("d_k and d_v must be positive (or 0 for d_model/h)")
+        if (self.d_k == 0 or self.d_v == 0) and self.d_model % self.num_heads:
+            raise ConfigError(
+                f"d_model={self.d_model} is not divisible by num_heads={self.num_heads}; "
+                "set d_k and d_v explicitly or choose a divisor")
+        if self.positions not in POSITION_KINDS:
+            raise ConfigError(f"positions must be one of {POSITION_KINDS}, got {self.positions!r}")
+        if self.positions == "sinusoid" and self.d_model % 2:
+            raise ConfigError("sinusoidal positions need an even d_model")
+        for name in ("dropout", "attention_dropout"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ConfigError(f"{name} must be in [0, 1), got {getattr(self, name)}")
+        if self.share_embeddings and self.source_vocab_size not in (0, self.vocab_size):
+            raise ConfigError("source_vocab_size differs from vocab_size but embeddings are shared")
+        if self.vocab_size <= EOS_ID:
+            raise ConfigError(f"vocab_size must exceed the reserved ids (0..{EOS_ID})")
+
+    @property
+    def key_dim(self) -> int:
+        return self.d_k or self.d_model // self.num_heads
+
+    @property
+    def value_dim(self) -> int:
+        return self.d_v or self.d_model // self.num_heads
+
+    @property
+    def input_vocab_size(self) -> int:
+        return self.source_vocab_size or self.vocab_size
+
+
+@dataclasses.dataclass(frozen=True)
+class DataConfig:
+    """Batching of section 5.1: pairs grouped by length under a token budget."""
+
+    max_length: int = 256  # tokens per side, BOS/EOS included; longer pairs are skipped
+    tokens_per_batch: int = 4096  # padded positions of the longer side, per replica
+    bucket_step: float = 1.1  # geometric growth of bucket boundaries
+    min_bucket: int = 8
+    shuffle_buffer: int = 20000
+    seed: int = 1
+    deterministic: bool = False
+
+    def __post_init__(self):
+        if self.max_length < 2:
+            raise ConfigError("max_length must leave room for BOS/EOS")
+        if self.tokens_per_batch < self.max_length:
+            raise ConfigError(
+                f"tokens_per_batch={self.tokens_per_batch} is smaller than max_length="
+                f"{self.max_length}: the longest pair would not fit in a batch")
+        if self.bucket_step <= 1.0:
+            raise ConfigError("bucket_step must be > 1")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """Section 5.3-5.4: Adam, warmup then inverse square root, label smoothing."""
+
+    label_smoothing: float = 0.1  # epsilon_ls
+    warmup_steps: int = 4000
+    learning_rate_scale: float = 1.0  # multiplies the paper's schedule
+    adam_beta_1: float = 0.9
+    adam_beta_2: float = 0.98
+    adam_epsilon: float = 1e-9
+    max_steps: int = 100000
+    accum_steps: int = 1
+    dtype: str = "float32"  # float32 | mixed_bfloat16 | mixed_float16
+    jit_compile: bool = False
+    checkpoint_minutes: float = 10.0
+    checkpoint_steps: int = 0  # 0: time-based only
+    keep_checkpoints: int = 20
+    average_last: int = 5
+    log_every: int = 100
+    seed: int = 1
+
+    def __post_init__(self):
+        if not 0.0 <= self.label_smoothing < 1.0:
+            raise ConfigError("label_smoothing must be in [0, 1)")
+        if self.warmup_steps <= 0:
+            raise ConfigError("warmup_steps must be positive")
+        if self.accum_steps < 1:
+            raise ConfigError("accum_steps must be >= 1")
+        if self.dtype not in ("float32", "mixed_bfloat16", "mixed_float16"):
+            raise ConfigError(f"unknown dtype {self.dtype!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodeConfig:
+    """Section 6.1: beam 4, length penalty alpha 0.6, max length input + 50."""
+
+    beam_size: int = 4
+    alpha: float = 0.6
+    extra_length: int = 50
+    nbest: int = 1
+    batch_size: int = 32
+
+    def __post_init__(self):
+        if self.beam_size < 1:
+            raise ConfigError("beam_size must be >= 1")
+        if not 1 <= self.nbest <= self.beam_size:
+            raise ConfigError(f"nbest must be in [1, beam_size={self.beam_size}]")
+        if self.extra_length < 1:
+            raise ConfigError("extra_length must be >= 1")
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    model: ModelConfig = ModelConfig()
+    data: DataConfig = DataConfig()
+    train: TrainConfig = TrainConfig()
+    decode: DecodeConfig = DecodeConfig()
+
+    def replace(self, **parts: Any) -> "Config":
+        return dataclasses.replace(self, **parts)
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "Config":
+        raw = json.loads(text)
+        parts = {}
+        for field in dataclasses.fields(cls):
+            part_cls = {"model": ModelConfig, "data": DataConfig,
+                        "train": TrainConfig, "decode": DecodeConfig}[field.name]
+            known = {f.name for f in dataclasses.fields(part_cls)}
+            values = raw.get(field.name, {})
+            unknown = set(values) - known
+            if unknown:
+                raise ConfigError(f"unknown {field.name} config keys: {sorted(unknown)}")
+            parts[field.name] = part_cls(**values)
+        return cls(**parts)
+
+    def save(self, model_dir: str) -> str:
+        os.makedirs(model_dir, exist_ok=True)
+        path = os.path.join(model_dir, CONFIG_FILE)
+        tmp = path + ".tmp"
+        with open(tmp, "w") as f:
+            f.write(self.to_json())
+        os.replace(tmp, path)
+        return path
+
+    @classmethod
+    def load(cls, model_dir: str) -> "Config":
+        path = os.path.join(model_dir, CONFIG_FILE)
+        if not os.path.exists(path):
+            raise ConfigError(f"{path} not found: is {model_dir} a model directory?")
+        with open(path) as f:
+            return cls.from_json(f.read())
+
+
+CONFIG_FILE = "config.json"

@@ -1,0 +1,95 @@
+"""Token embeddings scaled by sqrt(d_model) plus positions (sections 3.4, 3.5).
+
+The token table is keras-hub's `ReversibleEmbedding`: the same matrix embeds
+source and target tokens and, transposed, is the pre-softmax projection.
+Sinusoids come from keras-hub's `SinePositionEncoding` (interleaved sin/cos,
+exactly the paper's PE(pos, 2i) and PE(pos, 2i+1)), computed in float32 even
+under mixed precision: bfloat16 cannot represent positions above 256 exactly.
+"""
+
+import keras
+import keras_hub
+import tensorflow as tf
+
+
+@keras.saving.register_keras_serializable(package="tf_transformer")
+class LearnedPositions(keras.layers.Layer):
+    """A learned [max_positions, d_model] table (Table 3 row E)."""
+
+    def __init__(self, max_positions, d_model, **kwargs):
+        super().__init__(**kwargs)
+        self.max_positions = max_positions
+        self.d_model = d_model
+
+    def build(self, input_shape=None):
+        self.table = self.add_weight(
+            name="table", shape=(self.max_positions, self.d_model),
+            initializer=keras.initializers.RandomNormal(stddev=self.d_model ** -0.5))
+        self.built = True
+
+    def call(self, length, start_index=0):
+        """-> [length, d_model] rows start_index .. start_index + length - 1."""
+        return tf.slice(tf.convert_to_tensor(self.table), [start_index, 0], [length, self.d_model])
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(max_positions=self.max_positions, d_model=self.d_model)
+        return config
+
+
+@keras.saving.register_keras_serializable(package="tf_transformer")
+class TokenAndPositionEmbedding(keras.layers.Layer):
+    """Dropout(Embedding(ids) * sqrt(d_model) + PE) (sections 3.4, 3.5, 5.4).
+
+    With shared embeddings the model uses one instance for source and target,
+    and its `logits` (the transposed table) as the pre-softmax projection.
+    Initialised N(0, d_model^-0.5), so scaled embeddings have unit variance.
+    """
+
+    def __init__(self, vocab_size, d_model, positions, max_positions, dropout, **kwargs):
+        super().__init__(**kwargs)
+        self.vocab_size = vocab_size
+        self.d_model = d_model
+        self.positions = positions
+        self.max_positions = max_positions
+        self.dropout = dropout
+        self.token_embedding = keras_hub.layers.ReversibleEmbedding(
+            vocab_size, d_model, tie_weights=True, name="token_embedding",
+            embeddings_initializer=keras.initializers.RandomNormal(stddev=d_model ** -0.5),
+            dtype=self.dtype_policy)
+        if positions == "sinusoid":
+            self.position_encoding = keras_hub.layers.SinePositionEncoding(
+                name="position_encoding", dtype="float32")
+        else:
+            self.position_encoding = LearnedPositions(
+                max_positions, d_model, name="position_encoding", dtype="float32")
+        self.embedding_dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
+
+    def build(self, input_shape=None):
+        self.token_embedding.build((None, None))
+        self.position_encoding.build((None, None, self.d_model))
+        self.built = True
+
+    def position_table(self, length, start_index=0):
+        """[length, d_model] float32 position vectors for start_index onwards."""
+        if self.positions == "sinusoid":
+            return self.position_encoding(tf.zeros([1, length, self.d_model]),
+                                          start_index=start_index)[0]
+        return self.position_encoding(length, start_index=start_index)
+
+    def call(self, ids, start_index=0, training=None):
+        """[batch, length] int ids -> [batch, length, d_model] in the compute dtype."""
+        x = self.token_embedding(ids)
+        x = x * tf.cast(self.d_model ** 0.5, x.dtype)
+        x = x + tf.cast(self.position_table(tf.shape(ids)[1], start_index), x.dtype)
+        return self.embedding_dropout(x, training=training)
+
+    def logits(self, x):
+        """Pre-softmax projection with the transposed table: [..., d_model] -> float32 [..., vocab]."""
+        return tf.cast(self.token_embedding(x, reverse=True), tf.float32)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(vocab_size=self.vocab_size, d_model=self.d_model, positions=self.positions,
+                      max_positions=self.max_positions, dropout=self.dropout)
+        return config

@@ -1,0 +1,48 @@
+"""Label-smoothed cross-entropy over non-pad target tokens (section 5.4)."""
+
+import tensorflow as tf
+
+from tf_transformer.config import PAD_ID
+
+
+def smoothed_cross_entropy(logits: tf.Tensor, labels: tf.Tensor, label_smoothing: float):
+    """Per-token loss and the non-pad weights.
+
+    The smoothed target puts 1 - eps on the label and eps / (V - 1) on every
+    other token (as Tensor2Tensor does). Losses are float32 whatever the compute
+    dtype.
+
+    Args:
+      logits: [batch, T, vocab].
+      labels: int [batch, T]; PAD_ID positions get weight 0.
+    Returns:
+      (loss [batch, T] float32, weights [batch, T] float32 in {0, 1}).
+    """
+    logits = tf.cast(logits, tf.float32)
+    vocab = tf.shape(logits)[-1]
+    confidence = 1.0 - label_smoothing
+    low = label_smoothing / tf.cast(vocab - 1, tf.float32)
+    log_probs = tf.nn.log_softmax(logits)
+    target_log_prob = tf.gather(log_probs, labels, axis=-1, batch_dims=2)
+    sum_log_probs = tf.reduce_sum(log_probs, axis=-1)
+    loss = -(confidence * target_log_prob + low * (sum_log_probs - target_log_prob))
+    weights = tf.cast(tf.not_equal(labels, PAD_ID), tf.float32)
+    return loss * weights, weights
+
+
+def loss_floor(vocab_size: int, label_smoothing: float) -> float:
+    """The smallest possible value: the entropy of the smoothed target distribution."""
+    import math
+
+    eps, confidence = label_smoothing, 1.0 - label_smoothing
+    floor = 0.0 if confidence == 0 else -confidence * math.log(confidence)
+    if eps > 0:
+        floor -= eps * math.log(eps / (vocab_size - 1))
+    return floor
+
+
+def mean_token_loss(logits, labels, label_smoothing: float) -> tf.Tensor:
+    """Mean over non-pad tokens of one batch (evaluation; the trainer divides by
+    the global token count itself)."""
+    loss, weights = smoothed_cross_entropy(logits, labels, label_smoothing)
+    return tf.reduce_sum(loss) / tf.maximum(tf.reduce_sum(weights), 1.0)

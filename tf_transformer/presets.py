@@ -1,0 +1,128 @@
+"""Named presets: the paper's Table 3 rows, plus `tiny` and `small` for CPU work.
+
+`python -m tf_transformer.presets --vocab_size=37000` prints every preset as a
+tab-separated table, with the exact trainable parameter count of the built
+model in `params`.
+
+Names: `base`, `big`; Table 3 variant rows as `<row>_<change>` (`a_h1` = row A
+with h=1, `b_dk16`, `c_n2`, `c_dmodel256`, `c_dff4096`, `d_pdrop0`,
+`d_ls02` = label smoothing 0.2, `e_learned`); `tiny` (tests, demo) and `small`
+(the CPU benchmark protocol: 3+3 layers, d_model 256, 4 heads, d_ff 1024).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from tf_transformer.config import Config, ConfigError, ModelConfig, TrainConfig
+
+# Table 3: what each row changes from base, and the paper's params column
+# (millions; None where the paper leaves it blank).
+_ROWS: dict[str, tuple[dict, dict, float | None]] = {
+    "base": ({}, {}, 65),
+    "a_h1": ({"num_heads": 1, "d_k": 512, "d_v": 512}, {}, None),
+    "a_h4": ({"num_heads": 4, "d_k": 128, "d_v": 128}, {}, None),
+    "a_h16": ({"num_heads": 16, "d_k": 32, "d_v": 32}, {}, None),
+    "a_h32": ({"num_heads": 32, "d_k": 16, "d_v": 16}, {}, None),
+    "b_dk16": ({"d_k": 16}, {}, 58),
+    "b_dk32": ({"d_k": 32}, {}, 60),
+    "c_n2": ({"num_layers": 2}, {}, 36),
+    "c_n4": ({"num_layers": 4}, {}, 50),
+    "c_n8": ({"num_layers": 8}, {}, 80),
+    "c_dmodel256": ({"d_model": 256, "d_k": 32, "d_v": 32}, {}, 28),
+    "c_dmodel1024": ({"d_model": 1024, "d_k": 128, "d_v": 128}, {}, 168),
+    "c_dff1024": ({"d_ff": 1024}, {}, 53),
+    "c_dff4096": ({"d_ff": 4096}, {}, 90),
+    "d_pdrop0": ({"dropout": 0.0}, {}, None),
+    "d_pdrop02": ({"dropout": 0.2}, {}, None),
+    "d_ls0": ({}, {"label_smoothing": 0.0}, None),
+    "d_ls02": ({}, {"label_smoothing": 0.2}, None),
+    "e_learned": ({"positions": "learned"}, {}, None),
+    "big": ({"d_model": 1024, "d_ff": 4096, "num_heads": 16, "dropout": 0.3},
+            {"max_steps": 300000, "average_last": 20}, 213),
+}
+
+_CPU = {
+    "tiny": ({"num_layers": 2, "d_model": 128, "d_ff": 512, "num_heads": 4, "vocab_size": 8000},
+             {"warmup_steps": 1000}),
+    "small": ({"num_layers": 3, "d_model": 256, "d_ff": 1024, "num_heads": 4, "vocab_size": 8000},
+              {"warmup_steps": 4000}),
+}
+
+PAPER_PARAMS_MILLIONS = {name: row[2] for name, row in _ROWS.items() if row[2] is not None}
+PAPER_VOCAB_SIZE = 37000
+
+
+def preset_names() -> list[str]:
+    return list(_ROWS) + list(_CPU)
+
+
+def get_preset(name: str, vocab_size: int | None = None) -> Config:
+    """The Config of a named preset; `vocab_size` overrides the preset's."""
+    if name in _ROWS:
+        model_changes, train_changes, _ = _ROWS[name]
+        model_changes = {"vocab_size": PAPER_VOCAB_SIZE, **model_changes}
+    elif name in _CPU:
+        model_changes, train_changes = _CPU[name]
+    else:
+        raise ConfigError(f"unknown preset {name!r}; known: {', '.join(preset_names())}")
+    if vocab_size is not None:
+        model_changes = {**model_changes, "vocab_size": vocab_size}
+    return Config(model=ModelConfig(**model_changes), train=TrainConfig(**train_changes))
+
+
+def closed_form_params(m: ModelConfig) -> int:
+    """Trainable parameters from the hyperparameters alone.
+
+    Counts: one shared embedding (no separate softmax matrix, no output bias);
+    per attention block the Q, K, V, O projections with biases; per FFN W1, b1,
+    W2, b2; two LayerNorm vectors (gain, bias) per sub-layer; a final LayerNorm
+    per stack only with pre_norm; a learned position table when positions are
+    learned (one per embedding). Sinusoids have no parameters.
+    """
+    d, h, dk, dv = m.d_model, m.num_heads, m.key_dim, m.value_dim
+    attention = d * h * dk + h * dk + d * h * dk + h * dk + d * h * dv + h * dv + h * dv * d + d
+    ffn = d * m.d_ff + m.d_ff + m.d_ff * d + d
+    norm = 2 * d
+    encoder_layer = attention + ffn + 2 * norm
+    decoder_layer = 2 * attention + ffn + 3 * norm
+    stacks = m.num_layers * (encoder_layer + decoder_layer) + (2 * norm if m.pre_norm else 0)
+    tables = 1 if m.share_embeddings else 2
+    embeddings = m.vocab_size * d + (0 if m.share_embeddings else m.input_vocab_size * d)
+    positions = tables * m.max_positions * d if m.positions == "learned" else 0
+    return embeddings + positions + stacks
+
+
+def table_rows(vocab_size: int) -> list[dict]:
+    from tf_transformer.model import build_model  # TensorFlow only when printing
+
+    rows = []
+    for name in preset_names():
+        config = get_preset(name, vocab_size)
+        m, t = config.model, config.train
+        model = build_model(m)
+        rows.append({
+            "name": name, "N": m.num_layers, "d_model": m.d_model, "d_ff": m.d_ff,
+            "h": m.num_heads, "d_k": m.key_dim, "d_v": m.value_dim, "P_drop": m.dropout,
+            "eps_ls": t.label_smoothing, "positions": m.positions,
+            "train_steps": t.max_steps, "params": model.count_params(),
+            "paper_params_M": PAPER_PARAMS_MILLIONS.get(name, "")})
+        del model
+    return rows
+
+
+def main(argv):
+    del argv
+    from absl import flags
+
+    rows = table_rows(flags.FLAGS.vocab_size)
+    print("\t".join(rows[0]))
+    for row in rows:
+        print("\t".join(str(v) for v in row.values()))
+
+
+if __name__ == "__main__":
+    from absl import app, flags
+
+    flags.DEFINE_integer("vocab_size", PAPER_VOCAB_SIZE, "Shared vocabulary size for every preset.")
+    app.run(main)

@@ -1,0 +1,24 @@
+"""Builds a preset and prints its layers and parameter count (`make demo`, step one)."""
+
+from absl import app, flags
+
+from tf_transformer import presets
+from tf_transformer.model import build_model
+
+flags.DEFINE_string("preset", "tiny", "Preset name (python -m tf_transformer.presets lists them).")
+flags.DEFINE_integer("vocab_size", None, "Override the preset's vocabulary size.")
+FLAGS = flags.FLAGS
+
+
+def main(argv):
+    del argv
+    config = presets.get_preset(FLAGS.preset, FLAGS.vocab_size)
+    model = build_model(config.model)
+    model.summary(expand_nested=False)
+    print(config.to_json())
+    print(f"params={model.count_params()} "
+          f"closed_form={presets.closed_form_params(config.model)}")
+
+
+if __name__ == "__main__":
+    app.run(main)
