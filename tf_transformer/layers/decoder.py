@@ -119,11 +119,17 @@ class Decoder(keras.layers.Layer):
         self.layer_args = dict(d_model=d_model, num_heads=num_heads, d_k=d_k, d_v=d_v, d_ff=d_ff,
                                dropout=dropout, attention_dropout=attention_dropout,
                                pre_norm=pre_norm, layer_norm_epsilon=layer_norm_epsilon)
-        self.layers = [DecoderLayer(**self.layer_args, name=f"layer_{i}", dtype=self.dtype_policy)
-                       for i in range(num_layers)]
+        # Named attributes, not a list: tf.train.Checkpoint tracks attributes.
+        for i in range(num_layers):
+            setattr(self, f"layer_{i}", DecoderLayer(**self.layer_args, name=f"layer_{i}",
+                                               dtype=self.dtype_policy))
         self.final_norm = (keras.layers.LayerNormalization(
             epsilon=layer_norm_epsilon, name="final_norm", dtype=self.dtype_policy)
             if pre_norm else None)
+
+    @property
+    def layers(self) -> list:
+        return [getattr(self, f"layer_{i}") for i in range(self.num_layers)]
 
     def build(self, input_shape=None):
         for layer in self.layers:

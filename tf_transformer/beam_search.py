@@ -1,0 +1,336 @@
+"""Beam search with the GNMT length penalty and a provable early stop (section 6.1).
+
+The search is model-independent: a model enters only through
+`symbols_to_logits_fn(ids, step, cache) -> (logits, cache)`. Its state has fixed
+shapes (k alive and k finished hypotheses per sentence, a token buffer of
+`max_length + 1` columns), so one trace serves every batch size and the loop
+compiles under XLA.
+
+Each step has three named parts:
+  1. grow alive: extend every alive hypothesis by every token and keep the k
+     extensions with the highest log-probability, EOS extensions included.
+  2. new alive: those extensions that neither end with EOS nor reach their
+     sentence's maximum length (the others get log-prob -inf: dead slots).
+  3. new finished: the other extensions (ended by EOS, or forced at the maximum
+     length) merged with the finished hypotheses so far; the k best by score
+     stay.
+EOS extensions compete with continuations for the k slots, so a beam of 1 is
+exactly greedy decoding. (tensor2tensor refills the
+alive beam from the top 2k instead: a wider search, but a beam of 1 then differs
+from greedy.) There is no separate greedy loop: one written with argmax and no
+finished set was no faster than beam_size=1 here (same time within noise on
+CPU, 3+3 layers, d_model 256, vocab 8k and 32k).
+
+Length penalty (Wu et al. 2016): lp(|Y|) = ((5 + |Y|) / 6) ** alpha, where |Y|
+counts the generated tokens including EOS and excluding BOS; a hypothesis forced
+at its maximum length m has |Y| = m. A score is log P(Y) / lp(|Y|).
+
+Stopping rule. Take an alive hypothesis with log-prob a <= 0 after t tokens, in a
+sentence with maximum length m. Anything grown from it has log-prob a' <= a
+(every step adds a log-prob <= 0) and length n in [t + 1, m]. lp is monotone in
+n, so lp(n) <= P = max(lp(t + 1), lp(m)) (= lp(m) for alpha >= 0). Hence
+  a' / lp(n) <= a' / P <= a / P,
+the first step because a' <= 0 and 0 < lp(n) <= P, the second because a' <= a.
+So bound = (best alive log-prob) / P caps every hypothesis still to come. A
+sentence is done once bound <= its nbest-th best finished score (-inf while
+fewer than nbest have finished): nothing later can enter its n-best list with a
+higher score, so stopping early returns what running to m would (up to ties). A sentence is
+also done at step m, where every alive hypothesis has been forced to finish.
+The loop ends when every sentence is done or at max(max_lengths) steps.
+
+A done sentence still rides in the batch (shapes are fixed) but has no alive
+hypotheses, and its finished state is frozen; the loop ends with the slowest
+sentence, so batching sentences of similar length (the input pipeline buckets
+by length) keeps the waste small.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Collection, NamedTuple
+
+import tensorflow as tf
+
+from tf_transformer.config import BOS_ID, EOS_ID, PAD_ID
+
+# Nested dicts/lists of tensors whose first dimension is batch * beam.
+Cache = Any
+SymbolsToLogitsFn = Callable[[tf.Tensor, tf.Tensor, Cache], tuple[tf.Tensor, Cache]]
+
+_NEG_INF = float("-inf")
+
+
+class BeamSearchResult(NamedTuple):
+    """The n-best hypotheses of each sentence, best first.
+
+    ids: int32 [batch, nbest, length], without BOS; EOS where the hypothesis
+      ended with one, PAD after. length is max(max_lengths) (or
+      max_decode_length when given).
+    scores: float32 [batch, nbest], log-prob / length_penalty(lengths).
+    lengths: int32 [batch, nbest], tokens including EOS.
+    A slot for which no hypothesis exists (only with a vocabulary smaller than
+    the beam) has score -inf, length 0 and PAD ids.
+    """
+
+    ids: tf.Tensor
+    scores: tf.Tensor
+    lengths: tf.Tensor
+
+
+class _BeamState(NamedTuple):
+    step: tf.Tensor  # int32 []: tokens decoded so far by every alive hypothesis
+    alive_ids: tf.Tensor  # int32 [batch, beam, width]: BOS, tokens, PAD; width = max_length + 1
+    alive_log_probs: tf.Tensor  # float32 [batch, beam]: -inf for a dead slot
+    alive_cache: Cache  # nested, each [batch * beam, ...], row b * beam + j
+    finished_ids: tf.Tensor  # int32 [batch, beam, width]
+    finished_scores: tf.Tensor  # float32 [batch, beam]: sorted descending, -inf if empty
+    finished_lengths: tf.Tensor  # int32 [batch, beam]
+    done: tf.Tensor  # bool [batch]: the sentence's n-best list can no longer change
+
+
+def length_penalty(length, alpha) -> tf.Tensor:
+    """GNMT length penalty ((5 + |Y|) / 6) ** alpha, float32, shaped like `length`."""
+    length = tf.cast(length, tf.float32)
+    return tf.pow((5.0 + length) / 6.0, tf.cast(alpha, tf.float32))
+
+
+def beam_search(
+    symbols_to_logits_fn: SymbolsToLogitsFn,
+    initial_cache: Cache,
+    *,
+    vocab_size: int,
+    beam_size: int,
+    alpha: float | tf.Tensor,
+    max_lengths: tf.Tensor,
+    eos_id: int = EOS_ID,
+    bos_id: int = BOS_ID,
+    nbest: int = 1,
+    fixed_cache_keys: Collection[str] = (),
+    batch_size: int | None = None,
+    max_decode_length: int | None = None,
+) -> BeamSearchResult:
+    """Decodes a batch of sentences with beam search (see the module docstring).
+
+    Args:
+      symbols_to_logits_fn: (ids int32 [batch * beam, width], step int32 [],
+        cache) -> (logits [batch * beam, vocab], cache). Column 0 of ids is BOS,
+        columns 1..step the tokens so far, later columns PAD; the token at
+        column `step` is the input. Any float dtype; the search uses float32.
+      initial_cache: nested structure of tensors [batch, ...]; tiled to
+        [batch * beam, ...], beam-major within a sentence (row b * beam + j).
+      vocab_size: static size of the logits' last dimension.
+      beam_size: k; 1 is greedy decoding.
+      alpha: length penalty exponent (0.6 in the paper).
+      max_lengths: int32 [batch], each sentence's maximum output length,
+        EOS included (the paper: source length + 50); clipped to >= 1.
+      eos_id, bos_id: token ids. PAD and BOS are never generated: their
+        log-probs are set to -inf after the log-softmax (not renormalized), so
+        scores stay the model's log-probs.
+      nbest: outputs per sentence, 1 <= nbest <= beam_size.
+      fixed_cache_keys: top-level keys of a dict cache whose values are the same
+        for every beam of a sentence (encoder memory): tiled, never reordered.
+      batch_size: static batch size, if known; otherwise read from max_lengths.
+      max_decode_length: static width - 1 of the ids buffer. Leave None for
+        max(max_lengths); set it under XLA, where a buffer sized by the values
+        of max_lengths would force a compile per distinct max_lengths. Then
+        max_lengths is clipped to it.
+
+    Returns:
+      BeamSearchResult with ids [batch, nbest, width - 1], scores and lengths
+      [batch, nbest], best first.
+    """
+    if beam_size < 1:
+        raise ValueError(f"beam_size must be >= 1, got {beam_size}")
+    if not 1 <= nbest <= beam_size:
+        raise ValueError(f"nbest must be in [1, beam_size={beam_size}], got {nbest}")
+    if vocab_size <= max(PAD_ID, bos_id, eos_id):
+        raise ValueError(f"vocab_size={vocab_size} does not cover the special ids")
+    fixed = frozenset(fixed_cache_keys)
+    if fixed and not (isinstance(initial_cache, dict) and fixed <= initial_cache.keys()):
+        raise ValueError(f"fixed_cache_keys {sorted(fixed)} are not top-level keys of the cache")
+
+    max_lengths = tf.cast(max_lengths, tf.int32)
+    if batch_size is None:
+        batch_size = max_lengths.shape[0]
+        if batch_size is None:
+            batch_size = tf.shape(max_lengths)[0]
+    if max_decode_length is None:
+        max_decode_length = tf.maximum(tf.reduce_max(max_lengths), 1)
+    max_lengths = tf.clip_by_value(max_lengths, 1, max_decode_length)
+    alpha = tf.cast(alpha, tf.float32)
+    config = _Config(symbols_to_logits_fn, vocab_size, beam_size, alpha, max_lengths, eos_id,
+                     bos_id, nbest, fixed)
+
+    state = _initial_state(config, initial_cache, batch_size, max_decode_length)
+    invariants = _shape_invariants(state)
+    max_steps = tf.reduce_max(max_lengths)
+
+    def cond(state: _BeamState) -> tf.Tensor:
+        return tf.logical_and(state.step < max_steps,
+                              tf.logical_not(tf.reduce_all(state.done)))
+
+    def body(state: _BeamState) -> tuple[_BeamState]:
+        return (_search_step(config, state),)
+
+    (state,) = tf.while_loop(cond, body, (state,), shape_invariants=(invariants,))
+    return _result(state, nbest)
+
+
+class _Config(NamedTuple):
+    """The search's fixed arguments, passed to each named step."""
+
+    symbols_to_logits_fn: SymbolsToLogitsFn
+    vocab_size: int
+    beam_size: int
+    alpha: tf.Tensor
+    max_lengths: tf.Tensor  # int32 [batch], clipped to [1, max_decode_length]
+    eos_id: int
+    bos_id: int
+    nbest: int
+    fixed_keys: frozenset
+
+
+def _initial_state(config: _Config, initial_cache: Cache, batch_size,
+                   max_decode_length) -> _BeamState:
+    """One alive hypothesis (BOS) per sentence; the other slots start dead."""
+    beam = config.beam_size
+    columns = tf.range(max_decode_length + 1)
+    row = tf.where(columns == 0, config.bos_id, PAD_ID)  # [width]
+    alive_ids = tf.broadcast_to(row, tf.stack([batch_size, beam, max_decode_length + 1]))
+    # Only slot 0 is live, so the first step does not grow k copies of BOS.
+    first = tf.constant([0.0] + [_NEG_INF] * (beam - 1))
+    alive_log_probs = tf.tile(first[tf.newaxis], tf.stack([batch_size, 1]))
+    return _BeamState(
+        step=tf.constant(0, tf.int32),
+        alive_ids=alive_ids,
+        alive_log_probs=alive_log_probs,
+        alive_cache=tf.nest.map_structure(lambda t: _tile_beams(t, beam), initial_cache),
+        finished_ids=tf.fill(tf.shape(alive_ids), PAD_ID),
+        finished_scores=tf.fill(tf.stack([batch_size, beam]), _NEG_INF),
+        finished_lengths=tf.zeros(tf.stack([batch_size, beam]), tf.int32),
+        done=tf.zeros(tf.stack([batch_size]), tf.bool),
+    )
+
+
+def _tile_beams(tensor: tf.Tensor, beam: int) -> tf.Tensor:
+    """[batch, ...] -> [batch * beam, ...], row b * beam + j copies row b."""
+    tensor = tf.convert_to_tensor(tensor)
+    tiled = tf.repeat(tensor[:, tf.newaxis], beam, axis=1)
+    return tf.reshape(tiled, tf.concat([[-1], tf.shape(tensor)[1:]], 0))
+
+
+def _shape_invariants(state: _BeamState) -> _BeamState:
+    """Static shapes with batch (and the model's cache rows) free to vary."""
+    def free_first(t):
+        return tf.TensorShape([None]).concatenate(t.shape[1:])
+    return tf.nest.map_structure(lambda t: free_first(t) if t.shape.rank else t.shape, state)
+
+
+def _search_step(config: _Config, state: _BeamState) -> _BeamState:
+    """One step: grow alive, new alive, new finished, then the stopping rule."""
+    log_probs, ids, parents, tokens, cache = _grow_alive(config, state)
+    # Extensions that end here: by EOS, or forced at the sentence's max length.
+    ends = tf.logical_or(tokens == config.eos_id,
+                         (state.step + 1 >= config.max_lengths)[:, tf.newaxis])
+    alive_log_probs, alive_cache = _new_alive(config, state, log_probs, ends, parents, cache)
+    finished_ids, finished_scores, finished_lengths = _new_finished(
+        config, state, log_probs, ids, ends)
+    step = state.step + 1
+    done = _update_done(config, step, alive_log_probs, finished_scores, state.done)
+    # A done sentence keeps no alive hypotheses, so it cannot touch its results.
+    alive_log_probs = tf.where(done[:, tf.newaxis], _NEG_INF, alive_log_probs)
+    return _BeamState(step, ids, alive_log_probs, alive_cache, finished_ids, finished_scores,
+                      finished_lengths, done)
+
+
+def _grow_alive(config: _Config, state: _BeamState):
+    """The k most probable one-token extensions of the alive hypotheses.
+
+    Returns:
+      log_probs float32 [batch, beam]: of the whole extended hypothesis.
+      ids int32 [batch, beam, width]: the parent's ids plus the new token.
+      parents, tokens int32 [batch, beam]: parent slot and new token.
+      cache: the model's updated cache, rows still in parent order.
+    """
+    beam, vocab = config.beam_size, config.vocab_size
+    width = tf.shape(state.alive_ids)[2]
+    flat_ids = tf.reshape(state.alive_ids, tf.stack([-1, width]))
+    logits, cache = config.symbols_to_logits_fn(flat_ids, state.step, state.alive_cache)
+    log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32))
+    # PAD marks the end of the buffer and BOS its start: never generate them.
+    never = tf.logical_or(tf.range(vocab) == PAD_ID, tf.range(vocab) == config.bos_id)
+    log_probs = tf.where(never, _NEG_INF, tf.reshape(log_probs, [-1, beam, vocab]))
+    candidates = state.alive_log_probs[:, :, tf.newaxis] + log_probs  # [batch, beam, vocab]
+    top_log_probs, top_index = tf.math.top_k(tf.reshape(candidates, [-1, beam * vocab]), k=beam)
+    parents = top_index // vocab
+    tokens = top_index % vocab
+    ids = state.alive_ids
+    if beam > 1:
+        ids = tf.gather(ids, parents, batch_dims=1)
+    new_column = tf.range(width) == state.step + 1
+    ids = tf.where(new_column, tokens[:, :, tf.newaxis], ids)
+    return top_log_probs, ids, parents, tokens, cache
+
+
+def _new_alive(config: _Config, state: _BeamState, log_probs, ends, parents, cache):
+    """Extensions that go on, with the cache rows reordered to their parents.
+
+    Returns alive log-probs float32 [batch, beam] (-inf where the extension
+    ended or the sentence is done) and the reordered cache.
+    """
+    dead = tf.logical_or(ends, state.done[:, tf.newaxis])
+    alive_log_probs = tf.where(dead, _NEG_INF, log_probs)
+    if config.beam_size == 1:  # the parent of slot 0 is always slot 0
+        return alive_log_probs, cache
+    beam = config.beam_size
+    offsets = tf.range(tf.shape(parents)[0])[:, tf.newaxis] * beam
+    rows = tf.reshape(parents + offsets, [-1])  # [batch * beam]
+
+    def reorder(t):
+        return tf.gather(t, rows)
+
+    if isinstance(cache, dict) and config.fixed_keys:
+        cache = {key: value if key in config.fixed_keys else tf.nest.map_structure(reorder, value)
+                 for key, value in cache.items()}
+    else:
+        cache = tf.nest.map_structure(reorder, cache)
+    return alive_log_probs, cache
+
+
+def _new_finished(config: _Config, state: _BeamState, log_probs, ids, ends):
+    """Merges the extensions that ended into the k best finished hypotheses.
+
+    Returns (ids [batch, beam, width], scores [batch, beam] sorted descending,
+    lengths [batch, beam]); unchanged for sentences already done.
+    """
+    length = state.step + 1
+    scores = tf.where(ends, log_probs / length_penalty(length, config.alpha), _NEG_INF)
+    all_scores = tf.concat([state.finished_scores, scores], axis=1)  # [batch, 2 * beam]
+    all_ids = tf.concat([state.finished_ids, ids], axis=1)
+    all_lengths = tf.concat([state.finished_lengths, tf.fill(tf.shape(scores), length)], axis=1)
+    # top_k keeps the lower index first among ties: old finished before new.
+    top_scores, index = tf.math.top_k(all_scores, k=config.beam_size)
+    top_ids = tf.gather(all_ids, index, batch_dims=1)
+    top_lengths = tf.gather(all_lengths, index, batch_dims=1)
+    keep = state.done[:, tf.newaxis]
+    return (tf.where(keep[:, :, tf.newaxis], state.finished_ids, top_ids),
+            tf.where(keep, state.finished_scores, top_scores),
+            tf.where(keep, state.finished_lengths, top_lengths))
+
+
+def _update_done(config: _Config, step, alive_log_probs, finished_scores, done) -> tf.Tensor:
+    """The stopping rule of the module docstring, per sentence: bool [batch]."""
+    best_alive = tf.reduce_max(alive_log_probs, axis=1)
+    max_penalty = tf.maximum(length_penalty(step + 1, config.alpha),
+                             length_penalty(config.max_lengths, config.alpha))
+    bound = best_alive / max_penalty
+    needed = finished_scores[:, config.nbest - 1]
+    return done | (step >= config.max_lengths) | (bound <= needed)
+
+
+def _result(state: _BeamState, nbest: int) -> BeamSearchResult:
+    """The nbest best finished hypotheses, BOS dropped; empty slots blanked."""
+    scores = state.finished_scores[:, :nbest]
+    empty = scores == _NEG_INF
+    ids = tf.where(empty[:, :, tf.newaxis], PAD_ID, state.finished_ids[:, :nbest, 1:])
+    lengths = tf.where(empty, 0, state.finished_lengths[:, :nbest])
+    return BeamSearchResult(ids=ids, scores=scores, lengths=lengths)
