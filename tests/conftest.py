@@ -20,3 +20,41 @@ tf.config.set_logical_device_configuration(
     _cpus[0], [tf.config.LogicalDeviceConfiguration()] * TEST_CPU_DEVICES)
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+# --- Corpus and tokenizers shared by the data tests (tf_transformer/corpus.py, tokenizer.py).
+import pytest  # noqa: E402
+
+EMBEDDED_CORPUS_DIR = os.path.join(REPO_ROOT, "data", "libreoffice-help.en-de")
+
+
+@pytest.fixture(scope="session")
+def embedded_corpus():
+    """The embedded train split (20000 pairs), never ../shared."""
+    from tf_transformer import corpus
+    return corpus.read_tsv(os.path.join(EMBEDDED_CORPUS_DIR, "train.tsv"))
+
+
+@pytest.fixture(scope="session")
+def spm_model_path(tmp_path_factory, embedded_corpus):
+    """A small BPE vocabulary (500 pieces, first 2000 pairs): for fast model tests."""
+    from tf_transformer import corpus, tokenizer
+    subset = corpus.Corpus(embedded_corpus.sources[:2000], embedded_corpus.targets[:2000])
+    path = str(tmp_path_factory.mktemp("spm") / "small.model")
+    tokenizer.train_sentencepiece(subset, 500, path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def small_tokenizer(spm_model_path):
+    from tf_transformer import tokenizer
+    return tokenizer.Tokenizer(spm_model_path)
+
+
+@pytest.fixture(scope="session")
+def tokenizer_8k(tmp_path_factory, embedded_corpus):
+    """The demo's vocabulary: 8000 BPE pieces on the whole embedded train split (~1 s)."""
+    from tf_transformer import tokenizer
+    path = str(tmp_path_factory.mktemp("spm") / "spm8k.model")
+    tokenizer.train_sentencepiece(embedded_corpus, 8000, path)
+    return tokenizer.Tokenizer(path)

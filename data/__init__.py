@@ -1,0 +1,1 @@
+"""The embedded corpus and the binaries that prepare corpora and vocabularies."""

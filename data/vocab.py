@@ -1,0 +1,38 @@
+"""Trains the shared SentencePiece vocabulary on both sides of a corpus.
+
+  python -m data.vocab --data=data/libreoffice-help.en-de/train.tsv \
+      --vocab_size=8000 --output=runs/spm8k.model
+
+The paper's sizes (section 5.1): 37000 BPE for WMT EN-DE, 32000 for EN-FR;
+8000 suits the embedded corpus. Ids: <pad>=0 <unk>=1 <s>=2 </s>=3 (config.py).
+"""
+
+from absl import app, flags, logging
+
+from tf_transformer import corpus, tokenizer
+
+DATA = flags.DEFINE_string("data", None, "corpus spec (see tf_transformer/corpus.py)")
+VOCAB_SIZE = flags.DEFINE_integer("vocab_size", 8000, "pieces, special ones included")
+OUTPUT = flags.DEFINE_string("output", None, "where to write the .model file")
+MODEL_TYPE = flags.DEFINE_enum("model_type", "bpe", list(tokenizer.MODEL_TYPES),
+                               "SentencePiece algorithm")
+CHARACTER_COVERAGE = flags.DEFINE_float("character_coverage", 0.9995,
+                                        "share of characters kept as pieces")
+SEED = flags.DEFINE_integer("seed", 1, "SentencePiece random seed")
+
+
+def main(argv):
+    del argv
+    pairs = corpus.read_corpus(DATA.value)
+    tokenizer.train_sentencepiece(pairs, VOCAB_SIZE.value, OUTPUT.value,
+                                  model_type=MODEL_TYPE.value,
+                                  character_coverage=CHARACTER_COVERAGE.value, seed=SEED.value)
+    vocab = tokenizer.Tokenizer(OUTPUT.value)
+    logging.info("wrote %s: %d pieces, trained on %d pairs", OUTPUT.value, vocab.vocab_size,
+                 len(pairs))
+    print(f"{OUTPUT.value} vocab_size={vocab.vocab_size} pairs={len(pairs)}")
+
+
+if __name__ == "__main__":
+    flags.mark_flags_as_required(["data", "output"])
+    app.run(main)
