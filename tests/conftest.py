@@ -10,6 +10,7 @@ import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")  # as tf_transformer/__init__.py does
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import tensorflow as tf  # noqa: E402
@@ -58,3 +59,14 @@ def tokenizer_8k(tmp_path_factory, embedded_corpus):
     path = str(tmp_path_factory.mktemp("spm") / "spm8k.model")
     tokenizer.train_sentencepiece(embedded_corpus, 8000, path)
     return tokenizer.Tokenizer(path)
+
+
+# --- A tiny model directory (tests/model_fixtures.py) for translation and export tests.
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory, spm_model_path):
+    """config.json + vocab.model (500 pieces) + ckpt-0 of seeded random weights (2+2 layers,
+    d_model 32); `model_fixtures.make_model_dir` makes variants (trained, learned positions)."""
+    from model_fixtures import make_model_dir
+    with open(spm_model_path, "rb") as f:
+        proto = f.read()
+    return make_model_dir(str(tmp_path_factory.mktemp("model") / "tiny"), proto, steps=0, seed=1)

@@ -12,12 +12,14 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import random
 import shutil
 import signal
 import time
 from typing import Callable
 
 import keras
+import numpy as np
 import tensorflow as tf
 from absl import logging
 
@@ -51,7 +53,12 @@ class Trainer:
         self.chief = distribution.is_chief(strategy)
         train = config.train
         dtype = None if train.dtype == "float32" else train.dtype
-        keras.utils.set_random_seed(train.seed)  # the same initial weights for the same seed
+        # The same initial weights and dropout masks for the same seed. Keras draws
+        # its default seeds from Python's `random`; tf.random.set_seed is avoided on
+        # purpose: it clears TensorFlow's kernel cache, which destroys live
+        # SentencePiece resources (tensorflow-text) created before this point.
+        random.seed(train.seed)
+        np.random.seed(train.seed)
         with strategy.scope():
             self.model = build_model(config.model, dtype=dtype)
             optimizer = make_optimizer(train, config.model.d_model, pre_reduced=True)
@@ -135,7 +142,9 @@ class Trainer:
         if self._step_fn is None:
             accum = self.config.train.accum_steps
 
-            @tf.function
+            # reduce_retracing: one graph for every bucket shape (XLA, when on,
+            # still compiles each concrete shape once).
+            @tf.function(reduce_retracing=True)
             def step(iterator):
                 batches = tuple(next(iterator) for _ in range(accum))
                 out = self.strategy.run(self._replica_step, args=(batches,))
@@ -237,7 +246,7 @@ class Trainer:
 def dev_loss_fn(dataset: tf.data.Dataset, label_smoothing: float) -> Callable[[keras.Model], dict]:
     """Mean label-smoothed loss per non-pad token over a finite dev dataset."""
 
-    @tf.function
+    @tf.function(reduce_retracing=True)
     def sums(model, batch):
         logits = model({"source": batch["source"], "target_in": batch["target_in"]}, training=False)
         loss, weights = losses.smoothed_cross_entropy(logits, batch["target_out"], label_smoothing)

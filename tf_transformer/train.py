@@ -1,0 +1,94 @@
+"""Trains a Transformer: `python -m tf_transformer.train --train_data=... --model_dir=...`.
+
+Progress lines hold step=, loss=, lr=, tokens_per_sec=, ms_per_step=.
+SIGTERM or Ctrl-C checkpoints and exits cleanly; rerunning resumes.
+Paper recipes: --flagfile=tf_transformer/recipes/wmt14_en_de_base.flags (and _big, en_fr).
+"""
+
+import dataclasses
+import os
+import sys
+
+from absl import app, flags, logging
+
+from tf_transformer import flags as flags_lib
+
+flags.DEFINE_string("train_data", None, "Training corpus spec (TSV, SRC,TGT files, or tfds:...).")
+flags.DEFINE_string("dev_data", None, "Dev corpus spec: dev loss (and BLEU) at each checkpoint.")
+flags.DEFINE_string("vocab", None, "SentencePiece model; trained from --train_data if missing.")
+flags.DEFINE_integer("vocab_size", 8000, "Size of a vocabulary trained on the spot.")
+flags.DEFINE_string("model_dir", None, "Config, vocabulary, checkpoints and summaries.")
+flags.DEFINE_float("max_minutes", None, "Stop after this many minutes of training.")
+flags.DEFINE_integer("eval_every", 0, "Steps between dev evaluations (0: at checkpoints).")
+flags.DEFINE_integer("dev_bleu_sentences", 0, "Dev sentences translated for dev BLEU (0: none).")
+flags.DEFINE_enum("strategy", "auto", ["auto", "one_device", "mirrored", "multi_worker"],
+                  "Distribution strategy (multi_worker reads TF_CONFIG).")
+flags.DEFINE_integer("cpu_devices", 0, "Split the CPU into N logical devices (mirrored on CPU).")
+flags.DEFINE_integer("intra_op_threads", 0, "TensorFlow intra-op threads (0: default).")
+flags.DEFINE_integer("inter_op_threads", 0, "TensorFlow inter-op threads (0: default).")
+flags_lib.define_model_flags()
+flags.mark_flags_as_required(["train_data", "model_dir"])
+FLAGS = flags.FLAGS
+
+
+def main(argv):
+    del argv
+    import tensorflow as tf
+
+    from tf_transformer import checkpoints, corpus, distribution, input_pipeline, tokenizer
+    from tf_transformer.trainer import NonFiniteLossError, Trainer, dev_loss_fn
+
+    if FLAGS.intra_op_threads:
+        tf.config.threading.set_intra_op_parallelism_threads(FLAGS.intra_op_threads)
+    if FLAGS.inter_op_threads:
+        tf.config.threading.set_inter_op_parallelism_threads(FLAGS.inter_op_threads)
+    distribution.split_cpu(FLAGS.cpu_devices)
+    strategy = distribution.make_strategy(FLAGS.strategy, FLAGS.cpu_devices)
+    logging.info("strategy %s with %d replicas", type(strategy).__name__,
+                 strategy.num_replicas_in_sync)
+
+    train_corpus = corpus.read_corpus(FLAGS.train_data)
+    vocab_path = FLAGS.vocab or os.path.join(FLAGS.model_dir, checkpoints.VOCAB_FILE)
+    if not os.path.exists(vocab_path):
+        logging.info("training a %d-piece vocabulary into %s", FLAGS.vocab_size, vocab_path)
+        tokenizer.train_sentencepiece(train_corpus, FLAGS.vocab_size, vocab_path)
+    tok = tokenizer.Tokenizer(vocab_path)
+    config = flags_lib.with_vocab_size(flags_lib.config_from_flags(), tok.vocab_size)
+    if distribution.is_chief(strategy):
+        checkpoints.prepare_model_dir(FLAGS.model_dir, config, tok.model_proto)
+    logging.info("config:\n%s", config.to_json())
+
+    evaluate_fn = None
+    if FLAGS.dev_data:
+        dev_corpus = corpus.read_corpus(FLAGS.dev_data)
+        dev = input_pipeline.make_dataset(dev_corpus, tok, config.data, training=False)
+        evaluate_fn = dev_loss_fn(dev, config.train.label_smoothing)
+        if FLAGS.dev_bleu_sentences:
+            from tf_transformer import evaluation
+            evaluate_fn = evaluation.combine(evaluate_fn, evaluation.dev_bleu_fn(
+                dev_corpus, tok, config, FLAGS.dev_bleu_sentences))
+
+    def train_dataset_fn(start_step):
+        # Resuming starts a new, differently seeded pass over the data.
+        data = dataclasses.replace(config.data, seed=config.data.seed + start_step)
+        return input_pipeline.dataset_fn(train_corpus, tok, data, training=True)
+
+    trainer = Trainer(config, FLAGS.model_dir, strategy)
+    try:
+        result = trainer.train(train_dataset_fn, config.train.max_steps, FLAGS.max_minutes,
+                               evaluate_fn=evaluate_fn, eval_every=FLAGS.eval_every,
+                               log_fn=print_progress)
+    except NonFiniteLossError as error:
+        logging.error("%s", error)
+        sys.exit(2)
+    print_progress(f"done step={result.step} loss={result.loss:.4f} "
+                   f"stopped_by={result.stopped_by} checkpoint={result.checkpoint}")
+
+
+def print_progress(line: str) -> None:
+    print(line, flush=True)
+    logging.info(line)
+
+
+if __name__ == "__main__":
+    app.run(main)
