@@ -6,9 +6,12 @@ translate, evaluate and export accept.
 
 from absl import app, flags
 
-flags.DEFINE_string("model_dir", None, "Training model directory.")
-flags.DEFINE_integer("num_last", None, "Checkpoints to average (default: the config's average_last).")
-flags.DEFINE_string("output", None, "Directory for the averaged model.")
+from tf_transformer import flags as flags_lib
+
+flags_lib.define_model_dir_flags()
+flags_lib.define_once(flags.DEFINE_integer, "num_last", None,
+                      "Checkpoints to average (default: the config's average_last).")
+flags_lib.define_once(flags.DEFINE_string, "output", None, "Directory for the averaged model.")
 flags.mark_flags_as_required(["model_dir", "output"])
 FLAGS = flags.FLAGS
 

@@ -54,6 +54,38 @@ _DEFINE = {int: flags.DEFINE_integer, float: flags.DEFINE_float, str: flags.DEFI
            bool: flags.DEFINE_bool}
 
 
+def define_once(define, name: str, default, help_text: str) -> None:
+    """Defines a flag unless a binary imported earlier into this process (tests) did."""
+    if name not in FLAGS:
+        define(name, default, help_text)
+
+
+def define_model_dir_flags() -> None:
+    define_once(flags.DEFINE_string, "model_dir", None,
+                "Model directory (config.json, vocab.model, checkpoints).")
+    define_once(flags.DEFINE_string, "checkpoint", None,
+                "A checkpoint path or directory; default: the latest.")
+
+
+def define_decode_flags() -> None:
+    """Decoding settings; None keeps the model directory's config.json values."""
+    define_once(flags.DEFINE_integer, "beam_size", None,
+                "Beam size k (1: greedy); default from config.json.")
+    define_once(flags.DEFINE_float, "alpha", None,
+                "Length penalty exponent; default from config.json.")
+    define_once(flags.DEFINE_integer, "extra_length", None,
+                "Max output length = source length + this.")
+    define_once(flags.DEFINE_integer, "nbest", None,
+                "Hypotheses per input (<= beam_size).")
+    define_once(flags.DEFINE_integer, "batch_size", None, "Sentences per batch.")
+
+
+def decode_overrides() -> dict:
+    """The decode flags the user set, as DecodeConfig fields."""
+    names = ("beam_size", "alpha", "extra_length", "nbest", "batch_size")
+    return {n: getattr(FLAGS, n) for n in names if getattr(FLAGS, n) is not None}
+
+
 def define_model_flags() -> None:
     flags.DEFINE_string("preset", "tiny", "Preset (python -m tf_transformer.presets lists them).")
     for group in (_MODEL_OVERRIDES, _DATA_OVERRIDES, _TRAIN_OVERRIDES):
@@ -84,4 +116,5 @@ def with_vocab_size(config: Config, vocab_size: int) -> Config:
     return config.replace(model=dataclasses.replace(config.model, vocab_size=vocab_size))
 
 
-__all__ = ["ModelConfig", "config_from_flags", "define_model_flags", "with_vocab_size"]
+__all__ = ["ModelConfig", "config_from_flags", "decode_overrides", "define_decode_flags",
+           "define_model_dir_flags", "define_model_flags", "define_once", "with_vocab_size"]

@@ -17,7 +17,7 @@ flags.DEFINE_string("train_data", None, "Training corpus spec (TSV, SRC,TGT file
 flags.DEFINE_string("dev_data", None, "Dev corpus spec: dev loss (and BLEU) at each checkpoint.")
 flags.DEFINE_string("vocab", None, "SentencePiece model; trained from --train_data if missing.")
 flags.DEFINE_integer("vocab_size", 8000, "Size of a vocabulary trained on the spot.")
-flags.DEFINE_string("model_dir", None, "Config, vocabulary, checkpoints and summaries.")
+flags_lib.define_model_dir_flags()
 flags.DEFINE_float("max_minutes", None, "Stop after this many minutes of training.")
 flags.DEFINE_integer("eval_every", 0, "Steps between dev evaluations (0: at checkpoints).")
 flags.DEFINE_integer("dev_bleu_sentences", 0, "Dev sentences translated for dev BLEU (0: none).")

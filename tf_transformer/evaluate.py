@@ -1,0 +1,46 @@
+"""Scores a model on a corpus: `python -m tf_transformer.evaluate --model_dir=DIR --data=SPEC`.
+
+SPEC is any corpus spec of tf_transformer.corpus.read_corpus (a TSV, two
+line-aligned files, tfds:wmt14_translate/en-de:test, ...). Prints one line of
+key=value figures (sacreBLEU, chrF, the paper-style tokenized BLEU, decode
+throughput) and the sacreBLEU signatures. Decoding flags are the translate
+binary's (default: the model directory's config.json).
+"""
+
+from absl import app, flags
+
+from tf_transformer import flags as flags_lib, translate  # noqa: F401  (defines the shared decoding flags)
+
+flags_lib.define_once(flags.DEFINE_string, "data", None, "Corpus spec to translate and score.")
+flags_lib.define_once(flags.DEFINE_integer, "max_sentences", 0,
+                  "Score only the first N pairs (0: all).")
+flags_lib.define_once(flags.DEFINE_string, "hypotheses", None,
+                  "Also write the translations here, one a line.")
+FLAGS = flags.FLAGS
+
+
+def main(argv):
+    del argv
+    from tf_transformer import corpus, evaluation
+
+    if not FLAGS.data:
+        raise app.UsageError("--data is required")
+
+    translator, decode = translate.make_translator()
+    pairs = corpus.read_corpus(FLAGS.data)
+    result = evaluation.evaluate_translator(translator, pairs, decode.batch_size,
+                                            FLAGS.max_sentences)
+    if FLAGS.hypotheses:
+        with open(FLAGS.hypotheses, "w", encoding="utf-8") as f:
+            f.writelines(h.replace("\n", " ") + "\n" for h in result["hypotheses"])
+    print(f"bleu={result['bleu']:.2f} chrf={result['chrf']:.2f} tok_bleu={result['tok_bleu']:.2f} "
+          f"sentences={result['sentences']} sentences_per_sec={result['sentences_per_sec']:.2f} "
+          f"tokens_per_sec={result['tokens_per_sec']:.1f} beam_size={decode.beam_size} "
+          f"alpha={decode.alpha} extra_length={decode.extra_length}")
+    print(f"bleu_signature={result['bleu_signature']}")
+    print(f"chrf_signature={result['chrf_signature']}")
+    print(evaluation.TOK_BLEU_NOTE)
+
+
+if __name__ == "__main__":
+    app.run(main)

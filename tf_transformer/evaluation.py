@@ -1,0 +1,114 @@
+"""Translation quality and decode speed: sacreBLEU, chrF, and the paper's tokenized BLEU.
+
+`bleu` and `chrf` are sacreBLEU's (detokenized text, its default 13a tokenizer,
+signature reported): the comparable figures. `tok_bleu` imitates how the paper's
+EN-DE BLEU was computed (tensor2tensor's get_ende_bleu.sh): output and
+reference tokenized (here with sacreBLEU's 13a tokenizer rather than Moses'
+tokenizer.perl), hyphenated compounds split as "a-b" -> "a ##AT##-##AT## b",
+then BLEU on those tokens (tokenize='none'). It is usually higher than
+sacreBLEU and is not comparable with it; it is reported only to set figures
+beside the paper's table 2.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Callable, Sequence
+
+import keras
+from sacrebleu.metrics import BLEU, CHRF
+from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
+
+from tf_transformer.config import Config
+from tf_transformer.corpus import Corpus
+from tf_transformer.tokenizer import Tokenizer
+from tf_transformer.translator import Translator, translate_sentences
+
+_COMPOUND = re.compile(r"(\S)-(\S)")
+_TOKENIZE_13A = Tokenizer13a()
+TOK_BLEU_NOTE = ("tok_bleu: paper-style tokenized BLEU (13a tokens, compounds split "
+                 "a-b -> a ##AT##-##AT## b, tokenize=none); not comparable with sacreBLEU")
+
+
+def split_compounds(text: str) -> str:
+    """get_ende_bleu.sh's `s{(\\S)-(\\S)}{$1 ##AT##-##AT## $2}g` (non-overlapping, as in perl)."""
+    return _COMPOUND.sub(r"\1 ##AT##-##AT## \2", text)
+
+
+def paper_tokenize(text: str) -> str:
+    return split_compounds(_TOKENIZE_13A(text.strip()))
+
+
+def corpus_scores(hypotheses: Sequence[str], references: Sequence[str]) -> dict:
+    """{"bleu", "chrf", "tok_bleu"} (floats, 0-100) and {"bleu_signature", "chrf_signature"}."""
+    if len(hypotheses) != len(references):
+        raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} references")
+    hypotheses, references = list(hypotheses), list(references)
+    bleu, chrf, tok_bleu = BLEU(), CHRF(), BLEU(tokenize="none")
+    bleu_score = bleu.corpus_score(hypotheses, [references]).score
+    chrf_score = chrf.corpus_score(hypotheses, [references]).score
+    tok_score = tok_bleu.corpus_score([paper_tokenize(h) for h in hypotheses],
+                                      [[paper_tokenize(r) for r in references]]).score
+    return {"bleu": bleu_score, "chrf": chrf_score, "tok_bleu": tok_score,
+            "bleu_signature": str(bleu.get_signature()),
+            "chrf_signature": str(chrf.get_signature())}
+
+
+def evaluate_translator(translator: Translator, corpus: Corpus, batch_size: int = 32,
+                        max_sentences: int = 0) -> dict:
+    """Translates `corpus.sources` (the first `max_sentences`, 0 = all) and scores them.
+
+    Returns corpus_scores' entries plus "sentences", "sentences_per_sec" and
+    "tokens_per_sec" (generated target tokens, EOS included), timed after one
+    warm-up batch so that tracing is not counted, and "hypotheses".
+    """
+    sources, references = corpus.sources, corpus.targets
+    if max_sentences:
+        sources, references = sources[:max_sentences], references[:max_sentences]
+    translate_sentences(translator, sources[:batch_size], batch_size)  # trace once
+    start = time.perf_counter()
+    results = translate_sentences(translator, sources, batch_size)
+    seconds = max(time.perf_counter() - start, 1e-9)
+    hypotheses = [r.texts[0] for r in results]
+    scores = corpus_scores(hypotheses, references)
+    tokens = sum(r.lengths[0] for r in results)
+    return {**scores, "sentences": len(sources), "sentences_per_sec": len(sources) / seconds,
+            "tokens_per_sec": tokens / seconds, "hypotheses": hypotheses}
+
+
+def dev_bleu_fn(corpus: Corpus, tokenizer: Tokenizer, config: Config, max_sentences: int = 500,
+                batch_size: int | None = None) -> Callable[[keras.Model], dict]:
+    """For Trainer.train(evaluate_fn=...): live model -> {"dev_bleu": sacreBLEU}.
+
+    Translates the first `max_sentences` pairs of `corpus` with a Translator
+    around the live model (config.decode settings, sources up to
+    config.data.max_length), built once so that its graph is traced once.
+    """
+    sources = corpus.sources[:max_sentences]
+    references = corpus.targets[:max_sentences]
+    cached: list = []  # [(model, translator)]: the trainer passes the same model each time
+
+    def evaluate(model: keras.Model) -> dict:
+        if not cached or cached[0][0] is not model:
+            translator = Translator(model, tokenizer, config.decode, config.data.max_length)
+            cached[:] = [(model, translator)]
+        results = translate_sentences(cached[0][1], sources,
+                                      batch_size or config.decode.batch_size)
+        hypotheses = [r.texts[0] for r in results]
+        return {"dev_bleu": BLEU().corpus_score(hypotheses, [references]).score}
+
+    return evaluate
+
+
+def combine(*evaluate_fns: Callable[[keras.Model], dict] | None) -> Callable[[keras.Model], dict]:
+    """One evaluate_fn running each given one (None skipped) and merging their dicts."""
+    fns = [fn for fn in evaluate_fns if fn is not None]
+
+    def evaluate(model: keras.Model) -> dict:
+        metrics = {}
+        for fn in fns:
+            metrics.update(fn(model))
+        return metrics
+
+    return evaluate
