@@ -26,55 +26,7 @@ flags.DEFINE_integer("vocab_size", 8000, "Vocabulary size.")
 flags.DEFINE_integer("threads", 0, "intra-op threads (0: TensorFlow's default).")
 FLAGS = flags.FLAGS
 
-
-def matmul_peak(dtype, size=2048, repeats=8) -> float:
-    """Best-of-N FLOP/s of a size^3 matmul through TensorFlow."""
-    import tensorflow as tf
-
-    a = tf.cast(tf.random.normal([size, size]), dtype)
-    b = tf.cast(tf.random.normal([size, size]), dtype)
-    matmul = tf.function(tf.matmul)
-    matmul(a, b).numpy()
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        matmul(a, b).numpy()
-        best = min(best, time.perf_counter() - start)
-    return 2 * size ** 3 / best
-
-
-def time_setting(preset, dtype, xla, steps, length, tokens_per_batch, vocab_size):
-    import dataclasses
-
-    import numpy as np
-    import tensorflow as tf
-
-    from tf_transformer import flops, presets
-    from tf_transformer.trainer import Trainer
-
-    config = presets.get_preset(preset, vocab_size)
-    if preset == "base":
-        tokens_per_batch //= 2
-    config = config.replace(train=dataclasses.replace(
-        config.train, dtype=dtype, jit_compile=xla, log_every=10 ** 9))
-    strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
-    trainer = Trainer(config, f"/tmp/bench_train_{preset}", strategy)
-    batch_size = tokens_per_batch // length
-    rng = np.random.default_rng(0)
-    batch = {k: tf.constant(rng.integers(4, vocab_size, size=(batch_size, length)), tf.int32)
-             for k in ("source", "target_in", "target_out")}
-    iterator = iter(strategy.distribute_datasets_from_function(
-        lambda ctx: tf.data.Dataset.from_tensors(batch).repeat()))
-    step = trainer.step_fn()
-    for _ in range(2):
-        float(step(iterator)["loss"])
-    start = time.perf_counter()
-    for _ in range(steps):
-        float(step(iterator)["loss"])
-    seconds = (time.perf_counter() - start) / steps
-    model_flops = flops.train_step_flops(config.model, batch_size, length, length)
-    return {"tokens_per_sec": 2 * batch_size * length / seconds, "ms_per_step": 1000 * seconds,
-            "tflops": model_flops / seconds / 1e12, "batch": f"{batch_size}x{length}"}
+from bench.timing import matmul_peak, time_setting  # noqa: E402
 
 
 def main(argv):

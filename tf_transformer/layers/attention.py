@@ -14,6 +14,8 @@ import math
 import keras
 import tensorflow as tf
 
+from tf_transformer.layers.linear import linear
+
 
 def _uniform(fan_in: int, fan_out: int) -> keras.initializers.Initializer:
     """Glorot-uniform limits of the unfused projection, for a fused kernel."""
@@ -73,7 +75,7 @@ class MultiHeadAttention(keras.layers.Layer):
 
     # -- projections ------------------------------------------------------
     def _dense(self, x, kernel, bias):
-        return tf.matmul(x, tf.cast(kernel, x.dtype)) + tf.cast(bias, x.dtype)
+        return linear(x, kernel, bias)
 
     def _split_heads(self, x, depth):
         """[batch, length, h*depth] -> [batch, h, length, depth]."""

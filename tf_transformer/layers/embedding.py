@@ -85,8 +85,16 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         return self.embedding_dropout(x, training=training)
 
     def logits(self, x):
-        """Pre-softmax projection with the transposed table: [..., d_model] -> float32 [..., vocab]."""
-        return tf.cast(self.token_embedding(x, reverse=True), tf.float32)
+        """Pre-softmax projection with the transposed table: [..., d_model] -> float32 [..., vocab].
+
+        One 2-D GEMM against the table with transpose_b, rather than the
+        reversible layer's broadcasting matmul of an explicitly transposed copy.
+        """
+        table = tf.cast(self.token_embedding.embeddings, x.dtype)
+        shape = tf.shape(x)
+        logits = tf.matmul(tf.reshape(x, [-1, self.d_model]), table, transpose_b=True)
+        return tf.cast(tf.reshape(logits, tf.concat([shape[:-1], [self.vocab_size]], 0)),
+                       tf.float32)
 
     def get_config(self):
         config = super().get_config()

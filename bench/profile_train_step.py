@@ -1,0 +1,69 @@
+"""Where a training step's time goes: an op-level profile of the trainer's step.
+
+  python -m bench.profile_train_step [--preset=small] [--dtype=float32] [--xla=false]
+
+Traces a few steps with the TensorFlow profiler and prints the ops that take
+the most self time, grouped by op type, with their share of the total, plus
+the step time. Needs the `xprof` package to read the trace
+(pip install xprof; it is not a runtime dependency).
+"""
+
+import collections
+import glob
+import json
+import tempfile
+import time
+
+from absl import app, flags
+
+flags.DEFINE_string("preset", "small", "Preset.")
+flags.DEFINE_string("dtype", "float32", "float32 or mixed_bfloat16.")
+flags.DEFINE_bool("xla", False, "jit_compile the forward/backward pass.")
+flags.DEFINE_integer("length", 48, "Tokens per sentence, each side.")
+flags.DEFINE_integer("tokens_per_batch", 4096, "Tokens per side per batch.")
+flags.DEFINE_integer("steps", 3, "Profiled steps.")
+flags.DEFINE_integer("top", 25, "Op rows to print.")
+FLAGS = flags.FLAGS
+
+
+def op_stats(logdir: str) -> list[dict]:
+    from xprof.convert import raw_to_tool_data
+
+    paths = glob.glob(f"{logdir}/**/*.xplane.pb", recursive=True)
+    data, _ = raw_to_tool_data.xspace_to_tool_data(paths, "framework_op_stats", {})
+    table = json.loads(data)[0]  # the host table
+    columns = [c["id"] for c in table["cols"]]
+    return [dict(zip(columns, [cell.get("v") for cell in row["c"]])) for row in table["rows"]]
+
+
+def main(argv):
+    del argv
+    import tensorflow as tf
+
+    from bench.timing import make_step, matmul_peak
+
+    peak = matmul_peak(tf.float32)
+    logdir = tempfile.mkdtemp(prefix="profile_")
+    step = make_step(FLAGS.preset, FLAGS.dtype, FLAGS.xla, FLAGS.length,
+                     FLAGS.tokens_per_batch, 8000)  # traced and warmed up outside the profile
+    tf.profiler.experimental.start(logdir)
+    start = time.perf_counter()
+    for _ in range(FLAGS.steps):
+        step.run()
+    seconds = (time.perf_counter() - start) / FLAGS.steps
+    tf.profiler.experimental.stop()
+    print(f"step preset={FLAGS.preset} dtype={FLAGS.dtype} xla={FLAGS.xla} batch={step.batch} "
+          f"ms_per_step={1000 * seconds:.0f} tokens_per_sec={step.tokens / seconds:.0f} "
+          f"mfu={step.model_flops / seconds / peak:.3f} peak_gflops={peak / 1e9:.1f}")
+    rows = op_stats(logdir)
+    by_type = collections.Counter()
+    for row in rows:
+        by_type[row.get("type", "?")] += float(row.get("total_self_time", 0) or 0)
+    total = sum(by_type.values())
+    print(f"profile total_self_time_us={total:.0f} over {FLAGS.steps} steps (IDLE: executor threads waiting)")
+    for op_type, micros in by_type.most_common(FLAGS.top):
+        print(f"  {op_type:40s} {micros / total:6.1%}")
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,70 @@
+"""Shared timing helpers of the benchmarks: the machine's matmul peak, a training step."""
+
+import dataclasses
+import time
+
+
+def matmul_peak(dtype, size=2048, repeats=8) -> float:
+    """Best-of-N FLOP/s of a size^3 matmul through TensorFlow."""
+    import tensorflow as tf
+
+    a = tf.cast(tf.random.normal([size, size]), dtype)
+    b = tf.cast(tf.random.normal([size, size]), dtype)
+    matmul = tf.function(tf.matmul)
+    matmul(a, b).numpy()
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        matmul(a, b).numpy()
+        best = min(best, time.perf_counter() - start)
+    return 2 * size ** 3 / best
+
+
+@dataclasses.dataclass
+class StepUnderTest:
+    run: object  # () -> float loss, one optimizer step
+    model_flops: int
+    tokens: int  # source + target tokens per step
+    batch: str
+
+
+def make_step(preset, dtype, xla, length, tokens_per_batch, vocab_size) -> StepUnderTest:
+    """The trainer's own step on a fixed [B, length] batch without padding, warmed up."""
+    import numpy as np
+    import tensorflow as tf
+
+    from tf_transformer import flops, presets
+    from tf_transformer.trainer import Trainer
+
+    config = presets.get_preset(preset, vocab_size)
+    config = config.replace(train=dataclasses.replace(
+        config.train, dtype=dtype, jit_compile=xla, log_every=10 ** 9))
+    strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
+    trainer = Trainer(config, f"/tmp/bench_train_{preset}", strategy)
+    batch_size = tokens_per_batch // length
+    rng = np.random.default_rng(0)
+    batch = {k: tf.constant(rng.integers(4, vocab_size, size=(batch_size, length)), tf.int32)
+             for k in ("source", "target_in", "target_out")}
+    iterator = iter(strategy.distribute_datasets_from_function(
+        lambda ctx: tf.data.Dataset.from_tensors(batch).repeat()))
+    step_fn = trainer.step_fn()
+
+    def run():
+        return float(step_fn(iterator)["loss"])
+
+    for _ in range(2):
+        run()
+    return StepUnderTest(run, flops.train_step_flops(config.model, batch_size, length, length),
+                         2 * batch_size * length, f"{batch_size}x{length}")
+
+
+def time_setting(preset, dtype, xla, steps, length, tokens_per_batch, vocab_size):
+    if preset == "base":
+        tokens_per_batch //= 2
+    step = make_step(preset, dtype, xla, length, tokens_per_batch, vocab_size)
+    start = time.perf_counter()
+    for _ in range(steps):
+        step.run()
+    seconds = (time.perf_counter() - start) / steps
+    return {"tokens_per_sec": step.tokens / seconds, "ms_per_step": 1000 * seconds,
+            "tflops": step.model_flops / seconds / 1e12, "batch": step.batch}
