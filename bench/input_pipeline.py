@@ -6,6 +6,11 @@ One epoch of the training pipeline (tokenise, filter, bucket; no model), over
 the full shared train corpus when ../shared exists, else the embedded one.
 Without --vocab, a vocabulary of --vocab_size is trained first (not timed).
 The figure comes from `input_pipeline.tokens_per_second`, for reuse.
+
+Then, unless --no_compare_step, the trainer's own step of the `small` preset
+is timed in the same process on the pipeline's own batches, and a line
+`versus_train_step` gives the trainer's consumption and the ratio
+pipeline / trainer (the input must stay at least 10x ahead).
 """
 
 import os
@@ -25,6 +30,36 @@ VOCAB = flags.DEFINE_string("vocab", None, "SentencePiece .model; default: train
 VOCAB_SIZE = flags.DEFINE_integer("vocab_size", 8000, "when training a vocabulary")
 TOKENS_PER_BATCH = flags.DEFINE_integer("tokens_per_batch", 4096, "per replica")
 DETERMINISTIC = flags.DEFINE_bool("deterministic", False, "keep parallel map order")
+COMPARE_STEP = flags.DEFINE_bool("compare_step", True, "also time small-preset training steps")
+STEPS = flags.DEFINE_integer("steps", 8, "timed training steps for the comparison")
+
+
+def train_step_tokens_per_second(dataset, vocab_size: int, steps: int) -> float:
+    """Source+target non-pad tokens/s the small preset's training step consumes."""
+    import time
+
+    import tensorflow as tf
+
+    from tf_transformer import presets
+    from tf_transformer.config import PAD_ID
+    from tf_transformer.trainer import Trainer
+
+    config = presets.get_preset("small", vocab_size)
+    strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
+    trainer = Trainer(config, tempfile.mkdtemp(), strategy)
+    batches = list(dataset.take(steps + 2))  # held in memory: the timing sees no input cost
+    tokens = [int(tf.reduce_sum(tf.cast(b["source"] != PAD_ID, tf.int32))
+                  + tf.reduce_sum(tf.cast(b["target_out"] != PAD_ID, tf.int32))) for b in batches]
+    iterator = iter(strategy.distribute_datasets_from_function(
+        lambda ctx: tf.data.Dataset.from_generator(
+            lambda: iter(batches), output_signature=dataset.element_spec)))
+    step = trainer.step_fn()
+    for _ in range(2):
+        float(step(iterator)["loss"])
+    start = time.perf_counter()
+    for _ in range(steps):
+        float(step(iterator)["loss"])
+    return sum(tokens[2:]) / (time.perf_counter() - start)
 
 
 def main(argv):
@@ -43,7 +78,12 @@ def main(argv):
     figures = input_pipeline.tokens_per_second(dataset)
     print(f"input_pipeline data={os.path.relpath(spec) if os.path.exists(spec) else spec} "
           f"pairs={len(pairs)} cpus={os.cpu_count()} "
-          + " ".join(f"{key}={value}" for key, value in figures.items()))
+          + " ".join(f"{key}={value}" for key, value in figures.items()), flush=True)
+    if COMPARE_STEP.value:
+        trainer = train_step_tokens_per_second(dataset, vocab.vocab_size, STEPS.value)
+        pipeline = float(figures["tokens_per_second"])
+        print(f"versus_train_step preset=small train_tokens_per_sec={trainer:.0f} "
+              f"pipeline_tokens_per_sec={pipeline:.0f} ratio={pipeline / trainer:.1f}")
 
 
 if __name__ == "__main__":

@@ -2,13 +2,17 @@
 
   python -m export --model_dir=DIR --export_dir=EXPORT_DIR \
       [--checkpoint=PATH | --average_last=N] [--beam_size=4 --alpha=0.6 --extra_length=50]
+  python -m export --format=ctranslate2 --model_dir=DIR --export_dir=OUT \
+      [--checkpoint=PATH | --average_last=N] [--quantization=int8]
 
 Writes EXPORT_DIR/<version>/ (the next integer version, never reused, renamed
 into place when complete) with the SentencePiece model and export_metadata.json
 as assets and TF Serving warmup requests in assets.extra/. Decoding flags
 default to the model directory's config.json; --nbest (the translate_nbest
 signature's list length) defaults to the beam size. Prints the version path.
-See export/SERVING.md for the signatures and serving.
+With --format=ctranslate2 it writes the same weights in CTranslate2's format
+into OUT (unversioned) through CTranslate2's converter API (the optional
+`ctranslate2` package). BUILD.md, "Export and serving", describes both.
 """
 
 import os
@@ -29,6 +33,10 @@ flags_lib.define_once(flags.DEFINE_string, "warmup_sentences",
                       "Sentences for assets.extra/tf_serving_warmup_requests ('' for none).")
 flags_lib.define_once(flags.DEFINE_string, "model_name", "transformer",
                       "model_spec.name written into the warmup requests.")
+flags_lib.define_once(flags.DEFINE_string, "format", "saved_model",
+                      "saved_model (TF Serving layout) or ctranslate2.")
+flags_lib.define_once(flags.DEFINE_string, "quantization", None,
+                      "ctranslate2 only: int8, int8_float32, int16, float16 or bfloat16.")
 FLAGS = flags.FLAGS
 
 
@@ -41,6 +49,13 @@ def main(argv):
         raise app.UsageError("--model_dir and --export_dir are required")
     if FLAGS.checkpoint and FLAGS.average_last:
         raise app.UsageError("give --checkpoint or --average_last, not both")
+    if FLAGS.format not in ("saved_model", "ctranslate2"):
+        raise app.UsageError(f"--format must be saved_model or ctranslate2, not {FLAGS.format!r}")
+    if FLAGS.format == "ctranslate2":
+        from tf_transformer import ctranslate2_export
+        print(ctranslate2_export.run_export(FLAGS.model_dir, FLAGS.export_dir, FLAGS.checkpoint,
+                                            FLAGS.average_last, FLAGS.quantization))
+        return
     config = Config.load(FLAGS.model_dir)
     overrides = flags_lib.decode_overrides()
     overrides.pop("batch_size", None)

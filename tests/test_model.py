@@ -62,6 +62,13 @@ def test_sinusoid_equals_paper_formula():
     np.testing.assert_allclose(shifted, expected[17:22], atol=1e-5)
 
 
+def test_learned_position_table_is_the_weight():
+    model = build_model(TINY.__class__(**{**TINY.__dict__, "positions": "learned"}))
+    table = model.target_embedding.position_encoding.table.numpy()
+    np.testing.assert_array_equal(model.target_embedding.position_table(5, start_index=3).numpy(),
+                                  table[3:8])
+
+
 def test_embedding_scaled_and_shared():
     model = build_model(TINY)
     ids = tf.constant([[5, 9]])

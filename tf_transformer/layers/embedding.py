@@ -75,7 +75,9 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         if self.positions == "sinusoid":
             return self.position_encoding(tf.zeros([1, length, self.d_model]),
                                           start_index=start_index)[0]
-        return self.position_encoding(length, start_index=start_index)
+        # A tensor, not a Python int: Keras layers take tensors as first argument.
+        return self.position_encoding(tf.convert_to_tensor(length, tf.int32),
+                                      start_index=start_index)
 
     def call(self, ids, start_index=0, training=None):
         """[batch, length] int ids -> [batch, length, d_model] in the compute dtype."""

@@ -1,0 +1,121 @@
+"""Decoding throughput and latency of one system, in its own venv (run_protocol.py calls it).
+
+  python decode_peer.py --system=S --model=PATH --sources=FILE --output=FILE.json
+
+Systems:
+  tf_transformer  our exported SavedModel: serving_default(text) -> translation
+                  (tokenization, beam search, detokenization in the graph; beam 4,
+                  alpha 0.6 baked in). Input: raw sentences.
+  opennmt         OpenNMT-tf's exported SavedModel: serving_default(tokens, length)
+                  (beam 4, length_penalty 0.6 from the YAML). Input: SentencePiece
+                  pieces; OpenNMT-tf cannot put SentencePiece in its graph without
+                  tensorflow-text 2.13 (no cp311 wheel), so its timings exclude
+                  (de)tokenization, which favours it.
+  ctranslate2     a CTranslate2 model directory; --compute_type float32 or int8.
+                  Input: pieces (excluded from timing, as for OpenNMT-tf).
+
+Batches of --batch_size in order of source length (the same order for every
+system; --sources is given sorted), then --latency_sentences one at a time.
+Writes the translations (pieces joined by spaces, or text) and the figures.
+"""
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import time
+
+
+def _load(args):
+    if args.system == "ctranslate2":
+        import ctranslate2
+
+        translator = ctranslate2.Translator(args.model, device="cpu",
+                                            compute_type=args.compute_type,
+                                            inter_threads=1, intra_threads=args.threads)
+
+        def run(lines):
+            batch = [line.split() for line in lines]
+            results = translator.translate_batch(
+                batch, beam_size=4, length_penalty=0.6, max_batch_size=0,
+                max_decoding_length=max(len(b) for b in batch) + 1 + 50,
+                suppress_sequences=[["<pad>"], ["<s>"]])
+            return [" ".join(r.hypotheses[0]) for r in results]
+        return run
+
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import tensorflow as tf
+
+    if args.threads:
+        tf.config.threading.set_intra_op_parallelism_threads(args.threads)
+    if args.system == "tf_transformer":
+        import tensorflow_text  # noqa: F401  (registers the SentencePiece op)
+
+        serve = tf.saved_model.load(args.model).signatures["serving_default"]
+
+        def run(lines):
+            out = serve(text=tf.constant(lines))
+            return [t.decode("utf-8") for t in out["translation"].numpy()]
+        return run
+
+    serve = tf.saved_model.load(args.model).signatures["serving_default"]
+
+    def run(lines):
+        tokens = [line.split() for line in lines]
+        width = max(len(t) for t in tokens)
+        out = serve(tokens=tf.constant([t + [""] * (width - len(t)) for t in tokens]),
+                    length=tf.constant([len(t) for t in tokens], tf.int32))
+        pieces, lengths = out["tokens"].numpy()[:, 0], out["length"].numpy()[:, 0]
+        return [" ".join(p.decode("utf-8") for p in row[:n]) for row, n in zip(pieces, lengths)]
+    return run
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--system", required=True, choices=["tf_transformer", "opennmt", "ctranslate2"])
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--sources", required=True)
+    parser.add_argument("--output", required=True)
+    parser.add_argument("--compute_type", default="float32")
+    parser.add_argument("--batch_size", type=int, default=32)
+    parser.add_argument("--latency_sentences", type=int, default=200)
+    parser.add_argument("--threads", type=int, default=0)
+    args = parser.parse_args()
+    with open(args.sources, encoding="utf-8") as f:
+        lines = [line.rstrip("\n") for line in f]
+    start = time.perf_counter()
+    run = _load(args)
+    run(lines[:args.batch_size])  # trace / warm up
+    load_seconds = time.perf_counter() - start
+
+    translations = []
+    start = time.perf_counter()
+    for i in range(0, len(lines), args.batch_size):
+        translations += run(lines[i:i + args.batch_size])
+    batch_seconds = time.perf_counter() - start
+
+    latencies = []
+    step = max(1, len(lines) // max(args.latency_sentences, 1))
+    for line in lines[::step][:args.latency_sentences]:
+        start = time.perf_counter()
+        run([line])
+        latencies.append(time.perf_counter() - start)
+    latencies.sort()
+    figures = {
+        "system": args.system, "compute_type": args.compute_type, "sentences": len(lines),
+        "batch_size": args.batch_size, "batch_seconds": batch_seconds,
+        "sentences_per_sec": len(lines) / batch_seconds,
+        "latency_p50_ms": 1000 * statistics.median(latencies) if latencies else None,
+        "latency_p99_ms": 1000 * latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))]
+        if latencies else None,
+        "load_and_warmup_seconds": load_seconds,
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "translations": translations,
+    }
+    with open(args.output, "w", encoding="utf-8") as f:
+        json.dump(figures, f, ensure_ascii=False, indent=1)
+
+
+if __name__ == "__main__":
+    main()

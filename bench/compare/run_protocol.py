@@ -1,0 +1,366 @@
+"""The small-cpu protocol, side by side: tf_transformer against OpenNMT-tf and CTranslate2.
+
+  python bench/compare/run_protocol.py [--minutes=25] [--test_sentences=0] [--work_dir=...]
+
+Runs in our .venv; the peers run as subprocesses in bench/compare/.venvs
+(setup_peers.sh). Steps, one after the other (never two at once: 2 cores):
+  1. one SentencePiece BPE vocabulary of 8000 on the train split (our trainer's
+     function), the splits written as pieces for OpenNMT-tf, its vocabulary file;
+  2. the float32 matmul peak of this machine (bench/timing.py);
+  3. OpenNMT-tf training for --minutes, then ours for --minutes, each under
+     /usr/bin/time -v (peak RSS); every output line is timestamped here, which
+     gives the learning curves (loss against minutes) of both;
+  4. test BLEU with each system's own decoder (OpenNMT-tf `infer`, our
+     `tf_transformer.evaluate`), scored here with sacreBLEU on detokenized text;
+  5. exports: OpenNMT-tf's SavedModel, ours (`python -m export`), ours converted
+     to CTranslate2 (tf_transformer/ctranslate2_export.py); decode throughput at
+     batch 32, beam 4, and batch-1 latency of each (decode_peer.py), CTranslate2 in
+     float32 and int8 on our weights.
+Prints one line per figure (both values and the ratio), writes WORK_DIR/figures.json
+and bench/compare_learning_curves.png. See bench/compare/README.md.
+"""
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, REPO)
+
+SPLITS = ("train", "dev", "test")
+ONMT_VENV = os.path.join(HERE, ".venvs", "opennmt", "bin")
+CT2_VENV = os.path.join(HERE, ".venvs", "ctranslate2", "bin")
+
+
+def parse_args():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--minutes", type=float, default=25.0, help="Training budget per system.")
+    parser.add_argument("--test_sentences", type=int, default=0, help="Test subset (0: all).")
+    parser.add_argument("--latency_sentences", type=int, default=200)
+    parser.add_argument("--corpus_dir",
+                        default=os.path.join(REPO, "..", "shared", "corpora", "libreoffice-help.en-de"))
+    parser.add_argument("--work_dir", default=os.path.join(REPO, "bench", "out", "compare"))
+    parser.add_argument("--plot", default=os.path.join(REPO, "bench", "compare_learning_curves.png"))
+    parser.add_argument("--vocab_size", type=int, default=8000)
+    parser.add_argument("--skip", default="", help="Comma list of: opennmt,ours,ctranslate2.")
+    return parser.parse_args()
+
+
+# -- subprocesses --------------------------------------------------------------
+def run_logged(command, log_path, cwd=REPO, env=None):
+    """Runs `command` under /usr/bin/time -v; returns (timestamped lines, peak RSS MB, rc).
+
+    Each line of stdout+stderr is kept with the seconds since the start.
+    """
+    time_bin = "/usr/bin/time"
+    full = ([time_bin, "-v"] if os.path.exists(time_bin) else []) + command
+    print("$ " + " ".join(command), flush=True)
+    start = time.time()
+    process = subprocess.Popen(full, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True, errors="replace", env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
+    lines = []
+    with open(log_path, "w") as log:
+        for line in process.stdout:
+            elapsed = time.time() - start
+            lines.append((elapsed, line.rstrip("\n")))
+            log.write(f"{elapsed:9.1f} {line}")
+    rc = process.wait()
+    rss = [int(m.group(1)) for _, l in lines
+           for m in [re.search(r"Maximum resident set size \(kbytes\): (\d+)", l)] if m]
+    if rc:
+        print(f"  exit status {rc}; see {log_path}", flush=True)
+    return lines, (rss[-1] / 1024 if rss else None), rc
+
+
+# -- data --------------------------------------------------------------------
+def prepare_data(args, work):
+    """Vocabulary, pieces files, OpenNMT-tf vocabulary; returns paths and length stats."""
+    import sentencepiece as spm
+
+    from tf_transformer import corpus, tokenizer
+
+    data = os.path.join(work, "data")
+    os.makedirs(data, exist_ok=True)
+    vocab = os.path.join(data, "vocab.model")
+    pairs = {s: corpus.read_tsv(os.path.join(args.corpus_dir, f"{s}.tsv")) for s in SPLITS}
+    if not os.path.exists(vocab):
+        tokenizer.train_sentencepiece(pairs["train"], args.vocab_size, vocab)
+    sp = spm.SentencePieceProcessor(model_file=vocab)
+    for split, p in pairs.items():
+        for side, texts in (("en", p.sources), ("de", p.targets)):
+            path = os.path.join(data, f"{split}.{side}.sp")
+            if not os.path.exists(path):
+                with open(path, "w", encoding="utf-8") as f:
+                    f.writelines(" ".join(sp.encode(t, out_type=str)) + "\n" for t in texts)
+    # OpenNMT-tf's vocabulary from the SentencePiece one (onmt-build-vocab maps
+    # <unk>, <s>, </s> to its own special tokens).
+    sp_vocab = os.path.join(data, "vocab.sp.vocab")
+    with open(sp_vocab, "w", encoding="utf-8") as f:
+        f.writelines(f"{sp.id_to_piece(i)}\t{sp.get_score(i)}\n" for i in range(sp.get_piece_size()))
+    onmt_vocab = os.path.join(data, "vocab.onmt")
+    if not os.path.exists(onmt_vocab) and os.path.exists(ONMT_VENV):
+        subprocess.run([os.path.join(ONMT_VENV, "onmt-build-vocab"), "--from_vocab", sp_vocab,
+                        "--from_format", "sentencepiece", "--save_vocab", onmt_vocab], check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    src = [len(sp.encode(t)) for t in pairs["train"].sources]
+    tgt = [len(sp.encode(t)) for t in pairs["train"].targets]
+    test = pairs["test"]
+    n = args.test_sentences or len(test.sources)
+    return {"data": data, "vocab": vocab, "onmt_vocab": onmt_vocab, "sp": sp,
+            "mean_source": statistics.mean(src), "mean_target": statistics.mean(tgt),
+            "test_sources": test.sources[:n], "test_targets": test.targets[:n]}
+
+
+# -- training ----------------------------------------------------------------
+def train_opennmt(args, work, d):
+    model_dir = os.path.join(work, "opennmt")
+    run_yml = os.path.join(work, "opennmt_run.yml")
+    with open(run_yml, "w") as f:
+        json.dump({"model_dir": model_dir, "train": {"save_summary_steps": _log_every(args)},
+                   "data": {
+            "train_features_file": os.path.join(d["data"], "train.en.sp"),
+            "train_labels_file": os.path.join(d["data"], "train.de.sp"),
+            "eval_features_file": os.path.join(d["data"], "dev.en.sp"),
+            "eval_labels_file": os.path.join(d["data"], "dev.de.sp"),
+            "source_vocabulary": d["onmt_vocab"], "target_vocabulary": d["onmt_vocab"]}}, f)
+    base = ["--model", os.path.join(HERE, "opennmt_model.py"),
+            "--config", os.path.join(HERE, "opennmt_small_cpu.yml"), run_yml]
+    lines, rss, _ = run_logged([os.path.join(ONMT_VENV, "python"), os.path.join(HERE, "opennmt_train.py"),
+                                str(args.minutes)] + base + ["train", "--with_eval"],
+                               os.path.join(work, "opennmt_train.log"))
+    steps = [(t, float(m.group(1)), float(m.group(2))) for t, l in lines for m in
+             [re.search(r"Step = \d+ ;.*tokens/s = (\d+) .*Loss = ([\d.]+)", l)] if m]
+    dev = [(t, float(m.group(1))) for t, l in lines for m in
+           [re.search(r"Evaluation result for step \d+: loss = ([\d.]+)", l)] if m]
+    return {"base_args": base, "model_dir": model_dir, "peak_rss_mb": rss,
+            "tokens_per_sec": _steady(x[1] for x in steps),
+            "curve_train": [(t, x) for t, _, x in steps], "curve_dev": dev,
+            "counts": "source pieces (no EOS) + target pieces + EOS"}
+
+
+def train_ours(args, work, d):
+    model_dir = os.path.join(work, "ours")
+    lines, rss, _ = run_logged(
+        [sys.executable, "-m", "tf_transformer.train",
+         "--flagfile=tf_transformer/recipes/small_cpu.flags", f"--max_minutes={args.minutes}",
+         f"--model_dir={model_dir}", f"--vocab={d['vocab']}", f"--log_every={_log_every(args)}",
+         f"--train_data={os.path.join(args.corpus_dir, 'train.tsv')}",
+         f"--dev_data={os.path.join(args.corpus_dir, 'dev.tsv')}"],
+        os.path.join(work, "ours_train.log"))
+    steps = [(t, float(m.group(2)), float(m.group(1))) for t, l in lines for m in
+             [re.search(r"^step=\d+ loss=([\d.]+) .*tokens_per_sec=(\d+)", l)] if m]
+    dev = [(t, float(m.group(1))) for t, l in lines for m in
+           [re.search(r"^eval step=\d+ dev_loss=([\d.]+)", l)] if m]
+    return {"model_dir": model_dir, "peak_rss_mb": rss,
+            "tokens_per_sec": _steady(x[1] for x in steps),
+            "curve_train": [(t, x) for t, _, x in steps], "curve_dev": dev,
+            "counts": "source pieces + EOS + target pieces + EOS"}
+
+
+def _log_every(args) -> int:
+    """Steps between throughput lines: 100 (the protocol), 10 for short smoke runs."""
+    return 100 if args.minutes >= 10 else 10
+
+
+def _steady(values):
+    """Median of the logged throughput windows after the first (tracing, warm-up)."""
+    values = list(values)
+    values = values[1:] if len(values) > 1 else values
+    return statistics.median(values) if values else None
+
+
+# -- decoding ----------------------------------------------------------------
+def bleu(hypotheses, references):
+    import sacrebleu
+    return sacrebleu.corpus_bleu(hypotheses, [references]).score
+
+
+def decode(python, system, model, sources, work, name, args, **extra):
+    out = os.path.join(work, f"decode_{name}.json")
+    command = [python, os.path.join(HERE, "decode_peer.py"), f"--system={system}",
+               f"--model={model}", f"--sources={sources}", f"--output={out}",
+               f"--latency_sentences={args.latency_sentences}"]
+    command += [f"--{k}={v}" for k, v in extra.items()]
+    _, rss, rc = run_logged(command, os.path.join(work, f"decode_{name}.log"))
+    if rc:
+        return None
+    with open(out, encoding="utf-8") as f:
+        figures = json.load(f)
+    figures["process_peak_rss_mb"] = rss
+    return figures
+
+
+def decode_all(args, work, d, results):
+    sp, sources, refs = d["sp"], d["test_sources"], d["test_targets"]
+    order = sorted(range(len(sources)), key=lambda i: len(sp.encode(sources[i])))
+    text_file, pieces_file = os.path.join(work, "test_sorted.txt"), os.path.join(work, "test_sorted.sp")
+    with open(text_file, "w", encoding="utf-8") as f:
+        f.writelines(sources[i] + "\n" for i in order)
+    with open(pieces_file, "w", encoding="utf-8") as f:
+        f.writelines(" ".join(sp.encode(sources[i], out_type=str)) + "\n" for i in order)
+    sorted_refs = [refs[i] for i in order]
+
+    def finish(figures, from_pieces):
+        if figures is None:
+            return None
+        texts = [sp.decode(t.split()) if from_pieces else t for t in figures.pop("translations")]
+        tokens = sum(len(sp.encode(t)) + 1 for t in texts)  # pieces + EOS, the same count for all
+        figures["target_tokens_per_sec"] = tokens / figures["batch_seconds"]
+        figures["bleu_of_this_decoder"] = bleu(texts, sorted_refs)
+        return figures
+
+    skip = args.skip.split(",")
+    if "ours" not in skip:
+        export_dir = os.path.join(work, "export_ours")
+        out = subprocess.run([sys.executable, "-m", "export", f"--model_dir={results['ours']['model_dir']}",
+                              f"--export_dir={export_dir}"], cwd=REPO, capture_output=True, text=True)
+        if out.returncode == 0:
+            path = out.stdout.strip().splitlines()[-1]
+            results["decode"]["ours_savedmodel"] = finish(decode(
+                sys.executable, "tf_transformer", path, text_file, work, "ours", args), False)
+        else:
+            print("our SavedModel export failed:\n" + out.stderr[-2000:])
+        if "ctranslate2" not in skip:
+            from tf_transformer import ctranslate2_export
+            ct2_dir = ctranslate2_export.run_export(results["ours"]["model_dir"],
+                                                    os.path.join(work, "ct2_ours"))
+            for compute_type in ("float32", "int8"):
+                results["decode"][f"ctranslate2_{compute_type}"] = finish(decode(
+                    os.path.join(CT2_VENV, "python"), "ctranslate2", ct2_dir, pieces_file, work,
+                    f"ct2_{compute_type}", args, compute_type=compute_type), True)
+    if "opennmt" not in skip:
+        export_dir = os.path.join(work, "export_opennmt")
+        run_logged([os.path.join(ONMT_VENV, "onmt-main")] + results["opennmt"]["base_args"]
+                   + ["export", "--output_dir", export_dir, "--export_format", "saved_model"],
+                   os.path.join(work, "opennmt_export.log"))
+        results["decode"]["opennmt_savedmodel"] = finish(decode(
+            os.path.join(ONMT_VENV, "python"), "opennmt", export_dir, pieces_file, work,
+            "opennmt", args), True)
+
+
+def test_bleu(args, work, d, results):
+    """Each system's own decoder on the test subset: its sacreBLEU."""
+    refs, skip = d["test_targets"], args.skip.split(",")
+    if "opennmt" not in skip:
+        sources = os.path.join(work, "test_subset.en.sp")
+        predictions = os.path.join(work, "opennmt_test.pred.sp")
+        with open(os.path.join(d["data"], "test.en.sp"), encoding="utf-8") as f:
+            lines = f.readlines()[:len(refs)]
+        with open(sources, "w", encoding="utf-8") as f:
+            f.writelines(lines)
+        start = time.time()
+        run_logged([os.path.join(ONMT_VENV, "onmt-main")] + results["opennmt"]["base_args"]
+                   + ["infer", "--features_file", sources, "--predictions_file", predictions],
+                   os.path.join(work, "opennmt_infer.log"))
+        with open(predictions, encoding="utf-8") as f:
+            texts = [d["sp"].decode(line.split()) for line in f]
+        results["opennmt"]["test_bleu"] = bleu(texts, refs)
+        results["opennmt"]["test_decode_seconds"] = time.time() - start
+    if "ours" not in skip:
+        hypotheses = os.path.join(work, "ours_test.hyp")
+        start = time.time()
+        run_logged([sys.executable, "-m", "tf_transformer.evaluate",
+                    f"--model_dir={results['ours']['model_dir']}",
+                    f"--data={os.path.join(args.corpus_dir, 'test.tsv')}",
+                    f"--max_sentences={len(refs)}", "--batch_size=32", "--beam_size=4",
+                    "--alpha=0.6", f"--hypotheses={hypotheses}"], os.path.join(work, "ours_test.log"))
+        with open(hypotheses, encoding="utf-8") as f:
+            results["ours"]["test_bleu"] = bleu([line.rstrip("\n") for line in f], refs)
+        results["ours"]["test_decode_seconds"] = time.time() - start
+
+
+# -- report ------------------------------------------------------------------
+def plot(results, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for name, label in (("ours", "tf_transformer"), ("opennmt", "OpenNMT-tf 2.32")):
+        r = results.get(name) or {}
+        for ax, key in zip(axes, ("curve_train", "curve_dev")):
+            points = r.get(key) or []
+            if points:
+                ax.plot([t / 60 for t, _ in points], [v for _, v in points], marker=".", label=label)
+    axes[0].set_title("training loss (label-smoothed, 0.1)")
+    axes[1].set_title("dev loss (ours: label-smoothed; OpenNMT-tf: plain cross-entropy)")
+    for ax in axes:
+        ax.set_xlabel("minutes since process start")
+        ax.legend()
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def report(results):
+    ours, onmt, dec = results.get("ours", {}), results.get("opennmt", {}), results["decode"]
+
+    def line(name, a, b, unit="", a_name="ours", b_name="opennmt"):
+        if a is None or b is None:
+            print(f"{name}: {a_name}={a} {b_name}={b}")
+            return
+        print(f"{name}: {a_name}={a:.2f}{unit} {b_name}={b:.2f}{unit} ratio={a / b:.2f}")
+
+    common = results["common_tokens"]
+    line("train_tokens_per_sec (own count)", ours.get("tokens_per_sec"), onmt.get("tokens_per_sec"))
+    line("train_tokens_per_sec (common count: pieces + target EOS)",
+         ours.get("tokens_per_sec") and ours["tokens_per_sec"] * common["ours"],
+         onmt.get("tokens_per_sec") and onmt["tokens_per_sec"] * common["opennmt"])
+    line("train_mfu", ours.get("mfu"), onmt.get("mfu"))
+    line("train_peak_rss_mb", ours.get("peak_rss_mb"), onmt.get("peak_rss_mb"))
+    print(f"test_bleu: ours={ours.get('test_bleu')} opennmt={onmt.get('test_bleu')} "
+          f"difference={(ours.get('test_bleu') or 0) - (onmt.get('test_bleu') or 0):.2f}")
+    ours_d = dec.get("ours_savedmodel") or {}
+    for peer in ("ctranslate2_float32", "ctranslate2_int8", "opennmt_savedmodel"):
+        p = dec.get(peer) or {}
+        for key in ("target_tokens_per_sec", "sentences_per_sec", "latency_p50_ms",
+                    "latency_p99_ms", "process_peak_rss_mb", "bleu_of_this_decoder"):
+            line(f"decode {key}", ours_d.get(key), p.get(key), b_name=peer)
+
+
+def main():
+    args = parse_args()
+    work = os.path.abspath(args.work_dir)
+    os.makedirs(work, exist_ok=True)
+    skip = args.skip.split(",")
+    d = prepare_data(args, work)
+    from bench.timing import matmul_peak
+    from tf_transformer import flops, presets
+
+    peak = matmul_peak("float32")
+    model = presets.get_preset("small", args.vocab_size).model
+    s, t = d["mean_source"], d["mean_target"]
+    # One FLOP count for both systems: a training step over mean-length pairs
+    # (EOS on both sides, BOS-shifted target), per counted token.
+    flops_per_pair = flops.train_step_flops(model, 1, round(s + 1), round(t + 1))
+    results = {"minutes": args.minutes, "matmul_peak_flops": peak,
+               "mean_pieces": {"source": s, "target": t}, "decode": {},
+               # Multiply each system's own token count by this for the common count.
+               "common_tokens": {"ours": (s + t + 1) / (s + t + 2), "opennmt": 1.0}}
+    print(f"matmul_peak_float32={peak / 1e9:.1f} GFLOP/s mean_pieces source={s:.1f} target={t:.1f}")
+    if "opennmt" not in skip:
+        results["opennmt"] = train_opennmt(args, work, d)
+    if "ours" not in skip:
+        results["ours"] = train_ours(args, work, d)
+    for name in ("opennmt", "ours"):
+        r = results.get(name)
+        if r and r["tokens_per_sec"]:
+            common = r["tokens_per_sec"] * results["common_tokens"][name]
+            r["mfu"] = common / (s + t + 1) * flops_per_pair / peak
+    test_bleu(args, work, d, results)
+    decode_all(args, work, d, results)
+    plot(results, args.plot)
+    report(results)
+    with open(os.path.join(work, "figures.json"), "w") as f:
+        json.dump({k: v for k, v in results.items()}, f, indent=1, default=str)
+    print(f"figures: {os.path.join(work, 'figures.json')} curves: {args.plot}")
+
+
+if __name__ == "__main__":
+    main()
