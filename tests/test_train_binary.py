@@ -100,10 +100,14 @@ def test_kill_9_loses_at_most_one_interval(tmp_path, train_tsv, spm_model_path):
     assert f"step={restored + 1} " in resumed.stdout
 
 
-def test_model_dir_of_another_preset_is_refused(tmp_path, train_tsv, spm_model_path):
+def test_dev_evaluation_then_model_dir_of_another_preset_is_refused(
+        tmp_path, train_tsv, spm_model_path):
     model_dir = str(tmp_path / "run")
-    first = _run(_command(train_tsv, spm_model_path, model_dir, "--max_steps=1"))
+    first = _run(_command(train_tsv, spm_model_path, model_dir, "--max_steps=1",
+                          f"--dev_data={train_tsv}", "--dev_bleu_sentences=3"))
     assert first.returncode == 0, first.stderr[-3000:]
+    evaluation = [l for l in first.stdout.splitlines() if l.startswith("eval step=1 ")]
+    assert evaluation and "dev_loss=" in evaluation[0] and "dev_bleu=" in evaluation[0]
     other = _run(_command(train_tsv, spm_model_path, model_dir, "--max_steps=2", "--d_model=64"))
     assert other.returncode != 0
     assert "different architecture" in other.stderr

@@ -20,7 +20,8 @@ flags.DEFINE_integer("vocab_size", 8000, "Size of a vocabulary trained on the sp
 flags_lib.define_model_dir_flags()
 flags.DEFINE_float("max_minutes", None, "Stop after this many minutes of training.")
 flags.DEFINE_integer("eval_every", 0, "Steps between dev evaluations (0: at checkpoints).")
-flags.DEFINE_integer("dev_bleu_sentences", 0, "Dev sentences translated for dev BLEU (0: none).")
+flags.DEFINE_integer("dev_bleu_sentences", 200,
+                     "Dev sentences translated for dev BLEU at each evaluation (0: none).")
 flags.DEFINE_enum("strategy", "auto", ["auto", "one_device", "mirrored", "multi_worker"],
                   "Distribution strategy (multi_worker reads TF_CONFIG).")
 flags.DEFINE_integer("cpu_devices", 0, "Split the CPU into N logical devices (mirrored on CPU).")
