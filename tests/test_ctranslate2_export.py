@@ -5,10 +5,11 @@
 (b) greedy decoding gives the same ids;
 (c) beam search with a length penalty may not: CTranslate2 divides the
     log-probability by length**alpha (length without EOS), GNMT and we by
-    ((5 + length) / 6)**alpha (length with EOS). Wherever the two 1-best
-    outputs differ, the tests check that each is the better one under its own
-    system's formula, so the formula, not the search, explains the difference,
-    and that CTranslate2's is the longer one.
+    ((5 + length) / 6)**alpha (length with EOS). A test pins that the two
+    formulas rank hypotheses differently; wherever the two 1-best outputs
+    differ, another checks that at least one system's output is the better one
+    under its own formula (beam search is approximate, so one system may miss
+    its own optimum; both preferring the other's output would be unexplained).
 
 CTranslate2 is asked not to generate <pad> and <s> (suppress_sequences), which
 our beam search never generates. It removes them before its softmax (ours
@@ -188,7 +189,7 @@ def test_beam_differences_follow_the_length_penalty(trained_model_dir, spm_model
     ours = Translator.from_model_dir(trained_model_dir, decode_config=DecodeConfig(
         beam_size=4, extra_length=EXTRA_LENGTH))
     source_ids = ours.source_ids(tf.constant(pairs[0])).numpy()
-    differences, explained, longer = [], [], []
+    differences, explained = [], []
     for alpha in (0.6, 1.0, 2.0):
         result = ours.translate_ids(source_ids, alpha)
         for row, ids in enumerate(source_ids):
@@ -215,15 +216,13 @@ def test_beam_differences_follow_the_length_penalty(trained_model_dir, spm_model
             def ct2_score(h):  # an empty output scores -inf in CTranslate2 (x / 0)
                 return h[0] / h[2] ** alpha if h[2] else float("-inf")
 
-            # Explained by the formulas when each system's output is the better one
-            # under its own formula. Beam search is approximate, so a search error
-            # may leave an occasional difference unexplained: most must be explained.
+            # A difference is explained when at least one system's output is the better
+            # one under its own formula. Beam search is approximate, so either system
+            # may miss its own optimum; only both ranking the other's output higher
+            # would be unexplained (and would point at the converted weights).
             explained.append(gnmt(hyps["ours"]) >= gnmt(hyps["ct2"]) - 1e-4
-                             and ct2_score(hyps["ct2"]) >= ct2_score(hyps["ours"]) - 1e-4)
-            longer.append(hyps["ct2"][1] > hyps["ours"][1])
-    if differences:
-        assert sum(explained) >= 0.75 * len(explained), (differences, explained)
-        assert sum(longer) >= 0.5 * len(longer), (differences, longer)
+                             or ct2_score(hyps["ct2"]) >= ct2_score(hyps["ours"]) - 1e-4)
+    assert all(explained), (differences, explained)
     # The tiny model's training is not bit-reproducible, so how many outputs
     # differ varies from run to run (usually a few of the 48, sometimes none);
     # test_length_penalties_rank_lengths_differently pins the formulas themselves.

@@ -4,6 +4,7 @@ import keras
 
 from tf_transformer.layers.attention import MultiHeadAttention
 from tf_transformer.layers.feed_forward import FeedForward
+from tf_transformer.layers.stack import LayerStack
 
 
 def _norm(epsilon, name, dtype_policy):
@@ -63,41 +64,13 @@ class EncoderLayer(keras.layers.Layer):
 
 
 @keras.saving.register_keras_serializable(package="tf_transformer")
-class Encoder(keras.layers.Layer):
+class Encoder(LayerStack):
     """N encoder layers; with pre_norm a final LayerNorm (post-norm needs none)."""
 
-    def __init__(self, num_layers, d_model, num_heads, d_k, d_v, d_ff, dropout,
-                 attention_dropout=0.0, pre_norm=False, layer_norm_epsilon=1e-6, **kwargs):
-        super().__init__(**kwargs)
-        self.num_layers = num_layers
-        self.layer_args = dict(d_model=d_model, num_heads=num_heads, d_k=d_k, d_v=d_v, d_ff=d_ff,
-                               dropout=dropout, attention_dropout=attention_dropout,
-                               pre_norm=pre_norm, layer_norm_epsilon=layer_norm_epsilon)
-        # Named attributes, not a list: tf.train.Checkpoint tracks attributes.
-        for i in range(num_layers):
-            setattr(self, f"layer_{i}", EncoderLayer(**self.layer_args, name=f"layer_{i}",
-                                               dtype=self.dtype_policy))
-        self.final_norm = (_norm(layer_norm_epsilon, "final_norm", self.dtype_policy)
-                           if pre_norm else None)
-
-    @property
-    def layers(self) -> list:
-        return [getattr(self, f"layer_{i}") for i in range(self.num_layers)]
-
-    def build(self, input_shape=None):
-        for layer in self.layers:
-            layer.build()
-        if self.final_norm is not None:
-            self.final_norm.build((None, None, self.layer_args["d_model"]))
-        self.built = True
+    layer_class = EncoderLayer
 
     def call(self, x, bias, training=None):
         """[batch, S, d_model] embedded source -> memory [batch, S, d_model]."""
         for layer in self.layers:
             x = layer(x, bias, training=training)
-        return x if self.final_norm is None else self.final_norm(x)
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(num_layers=self.num_layers, **self.layer_args)
-        return config
+        return self.normalize_output(x)
