@@ -2,23 +2,20 @@
 
 Two logical CPU devices let MirroredStrategy run real multi-replica training
 in tests on a machine without GPUs; it must happen before TensorFlow
-initialises its devices, hence at import time here.
+initialises its devices, hence at import time here. Importing tf_transformer
+also sets TF_ENABLE_ONEDNN_OPTS and KERAS_BACKEND, as for every user.
 """
 
 import os
 import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")  # as tf_transformer/__init__.py does
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import tensorflow as tf  # noqa: E402
+from tf_transformer import distribution  # noqa: E402
 
 TEST_CPU_DEVICES = 2
-_cpus = tf.config.list_physical_devices("CPU")
-tf.config.set_logical_device_configuration(
-    _cpus[0], [tf.config.LogicalDeviceConfiguration()] * TEST_CPU_DEVICES)
+distribution.split_cpu(TEST_CPU_DEVICES)
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -9,7 +9,7 @@ binary's (default: the model directory's config.json).
 
 from absl import app, flags
 
-from tf_transformer import flags as flags_lib, translate  # noqa: F401  (defines the shared decoding flags)
+from tf_transformer import flags as flags_lib, translate
 
 flags_lib.define_once(flags.DEFINE_string, "data", None, "Corpus spec to translate and score.")
 flags_lib.define_once(flags.DEFINE_integer, "max_sentences", 0,

@@ -70,6 +70,9 @@ class Trainer:
         self.manager = tf.train.CheckpointManager(
             self.checkpoint, self._checkpoint_dir(),
             max_to_keep=keep_checkpoints or train.keep_checkpoints)
+        # Built once: a new tf.function per trace would compile the XLA cluster again.
+        self._grads_fn = (tf.function(self._grads, jit_compile=True) if train.jit_compile
+                          else self._grads)
         self._step_fn = None
         self._stop_signal = None
 
@@ -117,8 +120,7 @@ class Trainer:
         return grads, loss_sum, tf.reduce_sum(weights), source_tokens
 
     def _replica_step(self, batches):
-        grads_fn = (tf.function(self._grads, jit_compile=True) if self.config.train.jit_compile
-                    else self._grads)
+        grads_fn = self._grads_fn
         grads, loss_sum, tokens, source_tokens = grads_fn(batches[0])
         for batch in batches[1:]:
             more, l, t, s = grads_fn(batch)
