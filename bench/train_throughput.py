@@ -24,6 +24,7 @@ flags.DEFINE_integer("length", 48, "Tokens per sentence, each side.")
 flags.DEFINE_integer("tokens_per_batch", 4096, "Tokens per side per batch (base uses half).")
 flags.DEFINE_integer("vocab_size", 8000, "Vocabulary size.")
 flags.DEFINE_integer("threads", 0, "intra-op threads (0: TensorFlow's default).")
+flags.DEFINE_integer("inter_threads", 0, "inter-op threads (0: TensorFlow's default).")
 FLAGS = flags.FLAGS
 
 from bench.timing import matmul_peak, time_setting  # noqa: E402
@@ -35,6 +36,8 @@ def main(argv):
 
     if FLAGS.threads:
         tf.config.threading.set_intra_op_parallelism_threads(FLAGS.threads)
+    if FLAGS.inter_threads:
+        tf.config.threading.set_inter_op_parallelism_threads(FLAGS.inter_threads)
     peak32 = matmul_peak(tf.float32)
     peak16 = matmul_peak(tf.bfloat16)
     print(f"matmul_peak float32_gflops={peak32 / 1e9:.1f} bfloat16_gflops={peak16 / 1e9:.1f}")

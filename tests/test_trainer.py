@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tf_transformer import checkpoints
+from tf_transformer import checkpoints, losses
 from tf_transformer.config import BOS_ID, EOS_ID, Config, ConfigError, ModelConfig, TrainConfig
 from tf_transformer.model import build_model
 from tf_transformer.trainer import NonFiniteLossError, Trainer
@@ -82,6 +82,25 @@ def _weights(trainer):
             value = value[hk:]
         weights.append(value)
     return weights
+
+
+def test_output_layer_on_non_pad_positions_equals_the_full_masked_loss(tmp_path):
+    """The trainer skips pad positions before the softmax layer; the loss and
+    gradients must equal those of every position with pads weighted 0."""
+    trainer = Trainer(_config(), str(tmp_path), tf.distribute.get_strategy())
+    batch = {k: tf.constant(v) for k, v in _pad(_batch(3, 4, 6), 9).items()}
+    variables = trainer.model.trainable_variables
+    with tf.GradientTape() as tape:
+        logits = trainer.model({"source": batch["source"], "target_in": batch["target_in"]},
+                               training=True)
+        token_loss, weights = losses.smoothed_cross_entropy(logits, batch["target_out"], 0.1)
+        full_sum = tf.reduce_sum(token_loss)
+    full_grads = [tf.convert_to_tensor(g) for g in tape.gradient(full_sum, variables)]
+    grads, loss_sum, tokens, _ = trainer._grads(batch)
+    assert float(tokens) == float(tf.reduce_sum(weights)) < 4 * 9
+    np.testing.assert_allclose(float(loss_sum), float(full_sum), rtol=1e-6)
+    for got, want in zip(grads, full_grads):
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-4, atol=1e-6)
 
 
 def test_two_replicas_equal_one_replica_with_the_global_batch(tmp_path):

@@ -13,17 +13,17 @@ def smoothed_cross_entropy(logits: tf.Tensor, labels: tf.Tensor, label_smoothing
     dtype.
 
     Args:
-      logits: [batch, T, vocab].
-      labels: int [batch, T]; PAD_ID positions get weight 0.
+      logits: [..., vocab], e.g. [batch, T, vocab] or [tokens, vocab].
+      labels: int [...]; PAD_ID positions get weight 0.
     Returns:
-      (loss [batch, T] float32, weights [batch, T] float32 in {0, 1}).
+      (loss [...] float32, weights [...] float32 in {0, 1}).
     """
     logits = tf.cast(logits, tf.float32)
     vocab = tf.shape(logits)[-1]
     confidence = 1.0 - label_smoothing
     low = label_smoothing / tf.cast(vocab - 1, tf.float32)
     log_probs = tf.nn.log_softmax(logits)
-    target_log_prob = tf.gather(log_probs, labels, axis=-1, batch_dims=2)
+    target_log_prob = tf.gather(log_probs, labels, axis=-1, batch_dims=len(labels.shape))
     sum_log_probs = tf.reduce_sum(log_probs, axis=-1)
     loss = -(confidence * target_log_prob + low * (sum_log_probs - target_log_prob))
     weights = tf.cast(tf.not_equal(labels, PAD_ID), tf.float32)

@@ -71,19 +71,29 @@ class Transformer(keras.Model):
         bias = masks.attention_bias(masks.padding_mask(source))
         return self.encoder(self.source_embedding(source, training=training), bias, training=training)
 
-    def decode(self, target_in, memory, source, training=None):
-        """Teacher-forced decoder: target_in [batch, T] (BOS + y) -> float32 logits [batch, T, vocab]."""
+    def decode_states(self, target_in, memory, source, training=None):
+        """Teacher-forced decoder output before the softmax layer: [batch, T, d_model]."""
         self_bias = masks.attention_bias(masks.decoder_self_mask(target_in))
         memory_bias = masks.attention_bias(masks.padding_mask(source))
         x = self.target_embedding(target_in, training=training)
-        y = self.decoder(x, memory, self_bias, memory_bias, training=training)
-        return self.target_embedding.logits(y)
+        return self.decoder(x, memory, self_bias, memory_bias, training=training)
+
+    def states(self, inputs, training=None):
+        """inputs as for `call` -> decoder states [batch, T, d_model]; `logits` finishes the pass.
+
+        The trainer applies the 8000+-way output layer to non-pad positions only.
+        """
+        source, target_in = inputs["source"], inputs["target_in"]
+        return self.decode_states(target_in, self.encode(source, training=training), source,
+                                  training=training)
+
+    def logits(self, states):
+        """[..., d_model] decoder states -> float32 logits [..., vocab] (the shared table)."""
+        return self.target_embedding.logits(states)
 
     def call(self, inputs, training=None):
         """inputs: {"source": [batch, S], "target_in": [batch, T]} -> float32 logits [batch, T, vocab]."""
-        source, target_in = inputs["source"], inputs["target_in"]
-        return self.decode(target_in, self.encode(source, training=training), source,
-                           training=training)
+        return self.logits(self.states(inputs, training=training))
 
     # -- incremental decoding ------------------------------------------------
     def initial_cache(self, memory, source, max_length):

@@ -107,10 +107,17 @@ class Trainer:
     def _grads(self, batch):
         """Sums (not means) over one micro-batch: gradients, loss, tokens."""
         with tf.GradientTape() as tape:
-            logits = self.model({"source": batch["source"], "target_in": batch["target_in"]},
-                                training=True)
+            states = self.model.states({"source": batch["source"], "target_in": batch["target_in"]},
+                                       training=True)
+            labels = batch["target_out"]
+            if not self.config.train.jit_compile:
+                # The output layer and softmax only where there is a target token:
+                # padding would cost a [d_model, vocab] product per position.
+                # (XLA needs static shapes and keeps every position.)
+                positions = tf.where(tf.not_equal(labels, PAD_ID))
+                states, labels = tf.gather_nd(states, positions), tf.gather_nd(labels, positions)
             token_loss, weights = losses.smoothed_cross_entropy(
-                logits, batch["target_out"], self.config.train.label_smoothing)
+                self.model.logits(states), labels, self.config.train.label_smoothing)
             loss_sum = tf.reduce_sum(token_loss)
             scaled = (self.optimizer.scale_loss(loss_sum)
                       if isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer) else loss_sum)

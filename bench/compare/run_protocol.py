@@ -49,6 +49,8 @@ def parse_args():
     parser.add_argument("--plot", default=os.path.join(REPO, "bench", "compare_learning_curves.png"))
     parser.add_argument("--vocab_size", type=int, default=8000)
     parser.add_argument("--skip", default="", help="Comma list of: opennmt,ours,ctranslate2.")
+    parser.add_argument("--ours_flags", default="",
+                        help="Extra flags for our trainer, space separated (e.g. --jit_compile).")
     return parser.parse_args()
 
 
@@ -132,7 +134,7 @@ def train_opennmt(args, work, d):
     base = ["--model", os.path.join(HERE, "opennmt_model.py"),
             "--config", os.path.join(HERE, "opennmt_small_cpu.yml"), run_yml]
     lines, rss, _ = run_logged([os.path.join(ONMT_VENV, "python"), os.path.join(HERE, "opennmt_train.py"),
-                                str(args.minutes)] + base + ["train", "--with_eval"],
+                                str(args.minutes), "--log_level", "INFO"] + base + ["train"],
                                os.path.join(work, "opennmt_train.log"))
     steps = [(t, float(m.group(1)), float(m.group(2))) for t, l in lines for m in
              [re.search(r"Step = \d+ ;.*tokens/s = (\d+) .*Loss = ([\d.]+)", l)] if m]
@@ -151,7 +153,7 @@ def train_ours(args, work, d):
          "--flagfile=tf_transformer/recipes/small_cpu.flags", f"--max_minutes={args.minutes}",
          f"--model_dir={model_dir}", f"--vocab={d['vocab']}", f"--log_every={_log_every(args)}",
          f"--train_data={os.path.join(args.corpus_dir, 'train.tsv')}",
-         f"--dev_data={os.path.join(args.corpus_dir, 'dev.tsv')}"],
+         "--dev_data="] + args.ours_flags.split(),
         os.path.join(work, "ours_train.log"))
     steps = [(t, float(m.group(2)), float(m.group(1))) for t, l in lines for m in
              [re.search(r"^step=\d+ loss=([\d.]+) .*tokens_per_sec=(\d+)", l)] if m]
@@ -164,8 +166,8 @@ def train_ours(args, work, d):
 
 
 def _log_every(args) -> int:
-    """Steps between throughput lines: 100 (the protocol), 10 for short smoke runs."""
-    return 100 if args.minutes >= 10 else 10
+    """Steps between throughput/loss lines (the learning curves' points): 25, 10 for smoke runs."""
+    return 25 if args.minutes >= 10 else 10
 
 
 def _steady(values):
@@ -281,15 +283,20 @@ def plot(results, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for name, label in (("ours", "tf_transformer"), ("opennmt", "OpenNMT-tf 2.32")):
+    names = (("ours", "tf_transformer"), ("opennmt", "OpenNMT-tf 2.32"))
+    keys = ["curve_train"] + (["curve_dev"] if any((results.get(n) or {}).get("curve_dev")
+                                                   for n, _ in names) else [])
+    fig, axes = plt.subplots(1, len(keys), figsize=(5.5 * len(keys), 4), squeeze=False)
+    axes = axes[0]
+    for name, label in names:
         r = results.get(name) or {}
-        for ax, key in zip(axes, ("curve_train", "curve_dev")):
+        for ax, key in zip(axes, keys):
             points = r.get(key) or []
             if points:
                 ax.plot([t / 60 for t, _ in points], [v for _, v in points], marker=".", label=label)
-    axes[0].set_title("training loss (label-smoothed, 0.1)")
-    axes[1].set_title("dev loss (ours: label-smoothed; OpenNMT-tf: plain cross-entropy)")
+    axes[0].set_title("training loss per target token (label smoothing 0.1)")
+    if len(axes) > 1:
+        axes[1].set_title("dev loss")
     for ax in axes:
         ax.set_xlabel("minutes since process start")
         ax.legend()
