@@ -16,9 +16,15 @@ step costs the cached attention over the positions so far, so ms per step
 should grow slowly (linearly in the cache length), not with the square of it.
 Everything is traced (and with --jit_compile XLA-compiled) and run once before
 timing; the figure is the median of --repeats runs.
+
+With --profile: instead, where one search's time goes (beam 4, batch 32,
+sources of 32): the TensorFlow profiler's op self times grouped by op type
+and the top ops by name (needs `xprof`, as bench.profile_train_step).
 """
 
+import collections
 import os
+import tempfile
 import random
 import statistics
 import time
@@ -38,6 +44,8 @@ JIT = flags.DEFINE_bool("jit_compile", False, "Compile the search with XLA.")
 REPEATS = flags.DEFINE_integer("repeats", 3, "Timed runs per figure (median).")
 EXTRA = flags.DEFINE_integer("extra_length", 50, "Max output = source + this.")
 LENGTHS = flags.DEFINE_list("source_lengths", ["16", "32", "64", "128"], "Part 2 sources.")
+PROFILE = flags.DEFINE_bool("profile", False, "Print an op profile of one search instead.")
+TOP = flags.DEFINE_integer("top", 20, "Rows per profile table.")
 
 
 def _translator(beam_size: int) -> Translator:
@@ -51,9 +59,9 @@ def _translator(beam_size: int) -> Translator:
     steps = tf.Variable(0, dtype=tf.int64, trainable=False)
     decode_step = translator.model.decode_step
 
-    def counted(ids, step, cache):
+    def counted(ids, step, cache, **kwargs):
         steps.assign_add(1)
-        return decode_step(ids, step, cache)
+        return decode_step(ids, step, cache, **kwargs)
 
     translator.model.decode_step = counted  # instance attribute: only this bench counts
     return translator, steps
@@ -68,12 +76,15 @@ def _search_fn(translator: Translator, source_length: int):
         max_decode_length=source_length + translator.extra_length).lengths, jit_compile=True)
 
 
-def _measure(translator, steps, batch: int, source_length: int) -> dict:
+def _source(translator, batch: int, source_length: int) -> tf.Tensor:
     rng = np.random.default_rng(0)
-    vocab = translator.model.vocab_size
-    source = rng.integers(4, vocab, size=(batch, source_length)).astype(np.int32)
+    source = rng.integers(4, translator.model.vocab_size, size=(batch, source_length))
     source[:, -1] = EOS_ID
-    source = tf.constant(source)
+    return tf.constant(source.astype(np.int32))
+
+
+def _measure(translator, steps, batch: int, source_length: int) -> dict:
+    source = _source(translator, batch, source_length)
     search = _search_fn(translator, source_length)
     search(source)  # trace / compile
     times, counts, tokens = [], [], 0
@@ -96,8 +107,38 @@ def _print(name: str, figures: dict, **settings):
                       for k, v in figures.items()]), flush=True)
 
 
+def _profile(translator, steps, batch: int = 32, source_length: int = 32):
+    from bench.timing import op_stats
+
+    source = _source(translator, batch, source_length)
+    search = _search_fn(translator, source_length)
+    search(source)  # trace / compile outside the profile
+    logdir = tempfile.mkdtemp(prefix="profile_decode_")
+    steps.assign(0)
+    tf.profiler.experimental.start(logdir)
+    start = time.perf_counter()
+    search(source).numpy()
+    seconds = time.perf_counter() - start
+    tf.profiler.experimental.stop()
+    num_steps = int(steps.numpy())
+    print(f"profile beam=4 batch={batch} source_length={source_length} steps={num_steps} "
+          f"ms_per_step={1000 * seconds / max(num_steps, 1):.2f} (under the profiler)")
+    rows = op_stats(logdir)
+    for key, title in (("type", "by op type"), ("operation", "by op")):
+        totals = collections.Counter()
+        for row in rows:
+            totals[row.get(key, "?")] += float(row.get("total_self_time", 0) or 0)
+        total = sum(totals.values())
+        print(f"{title} (share of {total / 1000:.0f} ms self time; IDLE: executor threads waiting)")
+        for name, micros in totals.most_common(TOP.value):
+            print(f"  {name[:70]:70s} {micros / total:6.1%} {micros / 1000 / max(num_steps, 1):7.2f} ms/step")
+
+
 def main(argv):
     del argv
+    if PROFILE.value:
+        _profile(*_translator(4))
+        return
     weights = MODEL_DIR.value or f"random:{PRESET.value}"
     print(f"decode weights={weights} jit_compile={JIT.value} cpus={os.cpu_count()} "
           f"extra_length={EXTRA.value} repeats={REPEATS.value}")

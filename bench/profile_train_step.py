@@ -9,8 +9,6 @@ the step time. Needs the `xprof` package to read the trace
 """
 
 import collections
-import glob
-import json
 import tempfile
 import time
 
@@ -26,21 +24,11 @@ flags.DEFINE_integer("top", 25, "Op rows to print.")
 FLAGS = flags.FLAGS
 
 
-def op_stats(logdir: str) -> list[dict]:
-    from xprof.convert import raw_to_tool_data
-
-    paths = glob.glob(f"{logdir}/**/*.xplane.pb", recursive=True)
-    data, _ = raw_to_tool_data.xspace_to_tool_data(paths, "framework_op_stats", {})
-    table = json.loads(data)[0]  # the host table
-    columns = [c["id"] for c in table["cols"]]
-    return [dict(zip(columns, [cell.get("v") for cell in row["c"]])) for row in table["rows"]]
-
-
 def main(argv):
     del argv
     import tensorflow as tf
 
-    from bench.timing import make_step, matmul_peak
+    from bench.timing import make_step, matmul_peak, op_stats
 
     peak = matmul_peak(tf.float32)
     logdir = tempfile.mkdtemp(prefix="profile_")

@@ -1,6 +1,9 @@
-"""Shared timing helpers of the benchmarks: the machine's matmul peak, a training step."""
+"""Shared timing helpers of the benchmarks: the machine's matmul peak, a training step,
+the op statistics of a profiler trace."""
 
 import dataclasses
+import glob
+import json
 import time
 
 
@@ -68,3 +71,15 @@ def time_setting(preset, dtype, xla, steps, length, tokens_per_batch, vocab_size
     seconds = (time.perf_counter() - start) / steps
     return {"tokens_per_sec": step.tokens / seconds, "ms_per_step": 1000 * seconds,
             "tflops": step.model_flops / seconds / 1e12, "batch": step.batch}
+
+
+def op_stats(logdir: str) -> list[dict]:
+    """Per-op rows (type, operation, total_self_time, ...) of the profiler trace
+    in `logdir`, host side. Needs the `xprof` package (not a runtime dependency)."""
+    from xprof.convert import raw_to_tool_data
+
+    paths = glob.glob(f"{logdir}/**/*.xplane.pb", recursive=True)
+    data, _ = raw_to_tool_data.xspace_to_tool_data(paths, "framework_op_stats", {})
+    table = json.loads(data)[0]  # the host table
+    columns = [c["id"] for c in table["cols"]]
+    return [dict(zip(columns, [cell.get("v") for cell in row["c"]])) for row in table["rows"]]

@@ -83,17 +83,20 @@ def test_embedding_scaled_and_shared():
                                rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("growing", [False, True], ids=["fixed_cache", "growing_cache"])
 @pytest.mark.parametrize("overrides", [{}, {"pre_norm": True}, {"positions": "learned"},
                                        {"d_k": 8, "d_v": 12}])
-def test_cached_decoding_equals_full_pass(overrides):
+def test_cached_decoding_equals_full_pass(overrides, growing):
     model = build_model(TINY.__class__(**{**TINY.__dict__, **overrides}))
     source, target = _batch(batch=2, t=8)
     full = model({"source": source, "target_in": target}).numpy()
-    cache = model.initial_cache(model.encode(source), source, max_length=8)
+    cache = model.initial_cache(model.encode(source), source, max_length=None if growing else 8)
     steps = []
     for step in range(8):
-        logits, cache = model.decode_step(target, tf.constant(step), cache)
+        logits, cache = model.decode_step(target, tf.constant(step), cache, growing=growing)
         steps.append(logits.numpy())
+    if growing:
+        assert cache["self"][0]["k"].shape[2] == 8
     np.testing.assert_allclose(np.stack(steps, 1), full, atol=1e-5)
 
 

@@ -6,6 +6,8 @@ hypotheses of varied lengths scale up the EOS row of the shared embedding
 depending on the context. The search and the model code are untouched.
 """
 
+import functools
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -61,7 +63,8 @@ def _source_lengths(source):
     return (np.asarray(source) != PAD_ID).sum(axis=1)
 
 
-def test_cached_and_uncached_decoding_give_identical_outputs(eos_prone, sources):
+@pytest.mark.parametrize("growing", [False, True], ids=["fixed_cache", "growing_cache"])
+def test_cached_and_uncached_decoding_give_identical_outputs(eos_prone, sources, growing):
     model = eos_prone.model
     source = tf.constant(sources[:3])
     max_lengths = tf.constant(np.minimum(_source_lengths(source), 6) + 4, tf.int32)
@@ -73,8 +76,10 @@ def test_cached_and_uncached_decoding_give_identical_outputs(eos_prone, sources)
         return logits[:, -1], cache
 
     full = beam_search(uncached, {"source": source}, **args)
-    cache = model.initial_cache(model.encode(source), source, int(tf.reduce_max(max_lengths)))
-    cached = beam_search(model.decode_step, cache, fixed_cache_keys=FIXED_CACHE_KEYS, **args)
+    cache = model.initial_cache(model.encode(source),
+                                source, None if growing else int(tf.reduce_max(max_lengths)))
+    step_fn = functools.partial(model.decode_step, growing=growing)
+    cached = beam_search(step_fn, cache, fixed_cache_keys=FIXED_CACHE_KEYS, **args)
     np.testing.assert_array_equal(cached.ids.numpy(), full.ids.numpy())
     np.testing.assert_array_equal(cached.lengths.numpy(), full.lengths.numpy())
     np.testing.assert_allclose(cached.scores.numpy(), full.scores.numpy(), rtol=1e-5)

@@ -219,10 +219,14 @@ def _tile_beams(tensor: tf.Tensor, beam: int) -> tf.Tensor:
 
 
 def _shape_invariants(state: _BeamState) -> _BeamState:
-    """Static shapes with batch (and the model's cache rows) free to vary."""
+    """Static shapes with batch free to vary, and every cache dimension (a
+    model's cache may grow by a position per step)."""
     def free_first(t):
         return tf.TensorShape([None]).concatenate(t.shape[1:])
-    return tf.nest.map_structure(lambda t: free_first(t) if t.shape.rank else t.shape, state)
+    invariants = tf.nest.map_structure(lambda t: free_first(t) if t.shape.rank else t.shape, state)
+    free_cache = tf.nest.map_structure(lambda t: tf.TensorShape([None] * t.shape.rank),
+                                       state.alive_cache)
+    return invariants._replace(alive_cache=free_cache)
 
 
 def _search_step(config: _Config, state: _BeamState) -> _BeamState:

@@ -96,14 +96,20 @@ class Transformer(keras.Model):
         return self.logits(self.states(inputs, training=training))
 
     # -- incremental decoding ------------------------------------------------
-    def initial_cache(self, memory, source, max_length):
-        """The decoding cache for up to `max_length` steps.
+    def initial_cache(self, memory, source, max_length=None):
+        """The decoding cache: fixed-shape for up to `max_length` steps, or growing.
 
         Returns {"memory": {"layers": [{"k", "v"}] * N, "bias": [batch, 1, 1, S]},
-                 "self": [{"k": [batch, h, max_length, d_k], "v": [..., d_v]}] * N}.
-        Memory keys/values are projected here once per sentence.
+                 "self": [{"k": [batch, h, L, d_k], "v": [..., d_v]}] * N},
+        L = max_length, or 0 when max_length is None: a growing cache, one
+        position appended per step (pass growing=True to decode_step). A fixed
+        shape is what XLA needs; growing is what graph mode wants, since every
+        step then copies, reorders and attends over the positions decoded so
+        far rather than over all max_length. Memory keys/values are projected
+        here once per sentence.
         """
         batch = tf.shape(memory)[0]
+        max_length = 0 if max_length is None else max_length
         memory_layers = []
         self_layers = []
         for layer in self.decoder.layers:
@@ -115,20 +121,25 @@ class Transformer(keras.Model):
         bias = masks.attention_bias(masks.padding_mask(source))
         return {"memory": {"layers": memory_layers, "bias": bias}, "self": self_layers}
 
-    def decode_step(self, ids, step, cache):
+    def decode_step(self, ids, step, cache, growing=False):
         """Logits for the token after ids[:, step], reading earlier positions from `cache`.
 
         Args:
           ids: int32 [batch, L + 1] buffer; column 0 is BOS.
           step: int32 scalar.
           cache: from `initial_cache` (or a previous step).
+          growing: whether the cache is the growing kind (initial_cache without
+            max_length).
         Returns:
           (float32 logits [batch, vocab], updated cache).
         """
         token = ids[:, step][:, tf.newaxis]
         x = self.target_embedding(token, start_index=step)
-        cache_length = tf.shape(cache["self"][0]["k"])[2]
-        step_bias = masks.attention_bias(masks.step_mask(step, cache_length))
+        if growing:
+            step_bias = None
+        else:
+            cache_length = tf.shape(cache["self"][0]["k"])[2]
+            step_bias = masks.attention_bias(masks.step_mask(step, cache_length))
         y, new_self = self.decoder.call_step(x, step, cache, step_bias, cache["memory"]["bias"])
         logits = self.target_embedding.logits(y[:, 0])
         return logits, {"memory": cache["memory"], "self": new_self}

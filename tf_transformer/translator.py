@@ -25,6 +25,7 @@ means the configured one. A beam of 1 is greedy decoding on the same path.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 from typing import Sequence
 
@@ -131,14 +132,17 @@ class Translator(tf.Module):
         source_ids = tf.convert_to_tensor(source_ids, tf.int32)
         source_lengths = tf.reduce_sum(tf.cast(source_ids != PAD_ID, tf.int32), axis=1)
         max_lengths = tf.minimum(source_lengths + extra_length, self.max_target_length)
-        if max_decode_length is None:
-            cache_length = tf.maximum(tf.reduce_max(max_lengths), 1)  # 1 for an empty batch
-        else:
-            cache_length = min(max_decode_length, self.max_target_length)
         memory = self.model.encode(source_ids, training=False)
-        cache = self.model.initial_cache(memory, source_ids, cache_length)
+        if max_decode_length is None:  # graph mode: a cache as long as the output so far
+            cache_length = None
+            cache = self.model.initial_cache(memory, source_ids)
+            decode_step = functools.partial(self.model.decode_step, growing=True)
+        else:  # XLA: fixed shapes
+            cache_length = min(max_decode_length, self.max_target_length)
+            cache = self.model.initial_cache(memory, source_ids, cache_length)
+            decode_step = self.model.decode_step
         return beam_search(
-            self.model.decode_step, cache, vocab_size=self.model.vocab_size,
+            decode_step, cache, vocab_size=self.model.vocab_size,
             beam_size=self.beam_size, alpha=alpha, max_lengths=max_lengths, nbest=nbest,
             fixed_cache_keys=FIXED_CACHE_KEYS,
             max_decode_length=None if max_decode_length is None else cache_length)

@@ -49,6 +49,9 @@ def parse_args():
     parser.add_argument("--plot", default=os.path.join(REPO, "bench", "compare_learning_curves.png"))
     parser.add_argument("--vocab_size", type=int, default=8000)
     parser.add_argument("--skip", default="", help="Comma list of: opennmt,ours,ctranslate2.")
+    parser.add_argument("--reuse_training", action="store_true",
+                        help="Skip training: reuse WORK_DIR/training.json and the model dirs of an "
+                             "earlier run (to re-measure decoding after a change).")
     parser.add_argument("--ours_flags", default="",
                         help="Extra flags for our trainer, space separated (e.g. --jit_compile).")
     return parser.parse_args()
@@ -309,7 +312,7 @@ def report(results):
     ours, onmt, dec = results.get("ours", {}), results.get("opennmt", {}), results["decode"]
 
     def line(name, a, b, unit="", a_name="ours", b_name="opennmt"):
-        if a is None or b is None:
+        if a is None or b is None or b == 0:
             print(f"{name}: {a_name}={a} {b_name}={b}")
             return
         print(f"{name}: {a_name}={a:.2f}{unit} {b_name}={b:.2f}{unit} ratio={a / b:.2f}")
@@ -351,10 +354,17 @@ def main():
                # Multiply each system's own token count by this for the common count.
                "common_tokens": {"ours": (s + t + 1) / (s + t + 2), "opennmt": 1.0}}
     print(f"matmul_peak_float32={peak / 1e9:.1f} GFLOP/s mean_pieces source={s:.1f} target={t:.1f}")
-    if "opennmt" not in skip:
-        results["opennmt"] = train_opennmt(args, work, d)
-    if "ours" not in skip:
-        results["ours"] = train_ours(args, work, d)
+    training_json = os.path.join(work, "training.json")
+    if args.reuse_training:
+        with open(training_json) as f:
+            results.update({k: v for k, v in json.load(f).items() if k in ("opennmt", "ours")})
+    else:
+        if "opennmt" not in skip:
+            results["opennmt"] = train_opennmt(args, work, d)
+        if "ours" not in skip:
+            results["ours"] = train_ours(args, work, d)
+        with open(training_json, "w") as f:
+            json.dump({k: results[k] for k in ("opennmt", "ours") if k in results}, f)
     for name in ("opennmt", "ours"):
         r = results.get(name)
         if r and r["tokens_per_sec"]:

@@ -121,21 +121,27 @@ class MultiHeadAttention(keras.layers.Layer):
         return self._attend(q, k, v, 0.0 if bias is None else bias, training)
 
     def call_self_cached(self, query, cache, step, bias):
-        """One decoding step of self-attention with a fixed-shape key/value cache.
+        """One decoding step of self-attention with a key/value cache.
 
         Args:
           query: [batch, 1, d_model], the newest position only.
           cache: {"k": [batch, h, L, d_k], "v": [batch, h, L, d_v]}.
-          step: int32 scalar, the position of `query`; its key/value is written at
-            index `step` and keys after it are masked by `bias`.
-          bias: [1, 1, 1, L] additive float32 bias (masks.step_mask).
+          step: int32 scalar, the position of `query`.
+          bias: None for a growing cache (L == step: the new key/value is
+            appended, every cached position is visible); else [1, 1, 1, L], the
+            additive float32 bias of a fixed-shape cache (masks.step_mask): the
+            key/value is written at index `step`, later keys are masked.
         Returns:
           (output [batch, 1, d_model], updated cache).
         """
         q, k, v = self._project_self(query)
-        write = tf.equal(tf.range(tf.shape(cache["k"])[2]), step)[tf.newaxis, tf.newaxis, :, tf.newaxis]
-        cache = {"k": tf.where(write, tf.cast(k, cache["k"].dtype), cache["k"]),
-                 "v": tf.where(write, tf.cast(v, cache["v"].dtype), cache["v"])}
+        k, v = tf.cast(k, cache["k"].dtype), tf.cast(v, cache["v"].dtype)
+        if bias is None:
+            cache = {"k": tf.concat([cache["k"], k], axis=2), "v": tf.concat([cache["v"], v], axis=2)}
+            bias = 0.0
+        else:
+            write = tf.equal(tf.range(tf.shape(cache["k"])[2]), step)[tf.newaxis, tf.newaxis, :, tf.newaxis]
+            cache = {"k": tf.where(write, k, cache["k"]), "v": tf.where(write, v, cache["v"])}
         return self._attend(q, cache["k"], cache["v"], bias, training=False), cache
 
     def call_cross_cached(self, query, memory_k, memory_v, bias):

@@ -80,7 +80,8 @@ class DecoderLayer(keras.layers.Layer):
           step: int32 scalar position of x.
           self_cache: {"k": [batch, h, L, d_k], "v": [batch, h, L, d_v]}.
           memory_k, memory_v: this layer's projected memory [batch, h, S, d_k|d_v].
-          step_bias: [1, 1, 1, L]; memory_bias: [batch, 1, 1, S].
+          step_bias: [1, 1, 1, L] for a fixed-shape cache, None for a growing one;
+            memory_bias: [batch, 1, 1, S].
         Returns:
           (y [batch, 1, d_model], updated self_cache).
         """
