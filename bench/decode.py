@@ -40,7 +40,8 @@ from tf_transformer.translator import Translator
 
 MODEL_DIR = flags.DEFINE_string("model_dir", None, "A trained model; default random `small`.")
 PRESET = flags.DEFINE_string("preset", "small", "Preset for random weights.")
-JIT = flags.DEFINE_bool("jit_compile", False, "Compile the search with XLA.")
+JIT = flags.DEFINE_bool("jit_compile", False,
+                        "The Translator's XLA search (DecodeConfig.jit_compile).")
 REPEATS = flags.DEFINE_integer("repeats", 3, "Timed runs per figure (median).")
 EXTRA = flags.DEFINE_integer("extra_length", 50, "Max output = source + this.")
 LENGTHS = flags.DEFINE_list("source_lengths", ["16", "32", "64", "128"], "Part 2 sources.")
@@ -49,7 +50,7 @@ TOP = flags.DEFINE_integer("top", 20, "Rows per profile table.")
 
 
 def _translator(beam_size: int) -> Translator:
-    decode = DecodeConfig(beam_size=beam_size, extra_length=EXTRA.value)
+    decode = DecodeConfig(beam_size=beam_size, extra_length=EXTRA.value, jit_compile=JIT.value)
     if MODEL_DIR.value:
         translator = Translator.from_model_dir(MODEL_DIR.value, decode_config=decode)
     else:  # ids only: no tokenizer needed
@@ -67,13 +68,8 @@ def _translator(beam_size: int) -> Translator:
     return translator, steps
 
 
-def _search_fn(translator: Translator, source_length: int):
-    if not JIT.value:
-        return lambda source: translator.translate_ids(source)["lengths"]
-    # XLA needs a static buffer: sized for this source length.
-    return tf.function(lambda source: translator.search(
-        source, translator.alpha, translator.extra_length, 1,
-        max_decode_length=source_length + translator.extra_length).lengths, jit_compile=True)
+def _search_fn(translator: Translator):
+    return lambda source: translator.translate_ids(source)["lengths"]
 
 
 def _source(translator, batch: int, source_length: int) -> tf.Tensor:
@@ -85,7 +81,7 @@ def _source(translator, batch: int, source_length: int) -> tf.Tensor:
 
 def _measure(translator, steps, batch: int, source_length: int) -> dict:
     source = _source(translator, batch, source_length)
-    search = _search_fn(translator, source_length)
+    search = _search_fn(translator)
     search(source)  # trace / compile
     times, counts, tokens = [], [], 0
     for _ in range(REPEATS.value):
@@ -111,7 +107,7 @@ def _profile(translator, steps, batch: int = 32, source_length: int = 32):
     from bench.timing import op_stats
 
     source = _source(translator, batch, source_length)
-    search = _search_fn(translator, source_length)
+    search = _search_fn(translator)
     search(source)  # trace / compile outside the profile
     logdir = tempfile.mkdtemp(prefix="profile_decode_")
     steps.assign(0)

@@ -126,7 +126,8 @@ def test_layout_metadata_and_assets(exported, model_dir):
         meta = json.load(f)
     assert meta["checkpoints"] == [os.path.join(model_dir, f"ckpt-{n}") for n in (1, 2)]
     assert meta["averaged"] == 2
-    assert meta["decode"] == {"beam_size": 2, "nbest": 2, "alpha": 0.6, "extra_length": 6}
+    assert meta["decode"] == {"beam_size": 2, "nbest": 2, "alpha": 0.6, "extra_length": 6,
+                              "jit_compile": False, "length_bucket": None}
     assert meta["config"]["model"]["d_model"] == 32 and meta["max_source_length"] == 64
     assert meta["version"] == 1 and set(meta["signatures"]) == set(SIGNATURE_SPECS)
 
@@ -364,7 +365,7 @@ def test_versions_are_claimed_atomically_and_never_reused(tmp_path, monkeypatch)
     monkeypatch.setattr(export_lib, "ServingModule", fail)
     vocab = tmp_path / "vocab.model"
     vocab.write_bytes(b"x")
-    fake = types.SimpleNamespace(beam_size=1, nbest=1, alpha=0.6, extra_length=5,
+    fake = types.SimpleNamespace(beam_size=1, nbest=1, alpha=0.6, extra_length=5, jit_compile=False,
                                  max_source_length=8, max_target_length=8)
     with pytest.raises(RuntimeError):
         export_lib.export(fake, base, str(vocab), {})
@@ -448,6 +449,20 @@ def test_clean_process_with_tensorflow_text_imported(exported, loaded, tmp_path)
     assert got == [t.decode() for t in _serve_bytes(loaded, texts)]
     assert status["refused_imports"] == []  # keras is imported, by tensorflow_text itself
     assert not [m for m in status["loaded_modules"] if not m.startswith("keras")]
+
+
+@pytest.mark.slow
+def test_jit_compiled_export_translates_as_the_default_one(model_dir, loaded, tmp_path):
+    """--decode_jit_compile: the XLA search inside the SavedModel, in a clean process."""
+    compiled = _export(model_dir, str(tmp_path / "xla"), *DECODE_FLAGS, "--average_last=2",
+                       "--decode_jit_compile", "--warmup_sentences=")
+    with open(os.path.join(compiled, "assets", export_lib.METADATA_FILE)) as f:
+        decode = json.load(f)["decode"]
+    assert decode["jit_compile"] and decode["length_bucket"] == 16
+    texts = _dev_sentences(20, start=40) + [""]
+    got, _ = _clean_translate(compiled, ("\n".join(texts) + "\n").encode(), str(tmp_path),
+                              "--ops=libraries", "--batch_size=8")
+    assert got == [t.decode() for t in _serve_bytes(loaded, texts)]
 
 
 @pytest.mark.slow

@@ -18,7 +18,8 @@ from tf_transformer.config import EOS_ID, PAD_ID, Config, DecodeConfig
 from tf_transformer.corpus import Corpus
 from tf_transformer.model import FIXED_CACHE_KEYS, build_model
 from tf_transformer.tokenizer import Tokenizer
-from tf_transformer.translator import Translator, split_lines, translate_sentences
+from tf_transformer.translator import (FIRST_CACHE_LENGTH, Translator, split_lines,
+                                       translate_sentences)
 
 SENTENCES = [
     "Fonts",
@@ -161,6 +162,29 @@ def test_text_api_handles_empty_bad_and_long_inputs(eos_prone):
     empty = eos_prone.translate(tf.constant([], tf.string))
     assert empty["translation"].shape == [0] and empty["score"].shape == [0]
     assert eos_prone.translate_nbest(tf.constant([], tf.string))["translations"].shape == [0, 2]
+
+
+def test_compiled_search_gives_the_graph_paths_outputs(tiny_model_dir, eos_prone, sources):
+    """jit_compile pads batch and source to compiled shapes: outputs must not change."""
+    compiled = _translator(tiny_model_dir, eos_scale=4.0, beam_size=4, nbest=2, jit_compile=True)
+    one = sources[3:4, :_source_lengths(sources[3:4])[0]]  # unpadded: 41 tokens -> 48
+    for batch, extra in ((sources, 50), (sources[:3], 9), (one, 50)):  # batch 8, 3 -> 4, 1
+        graph = eos_prone.translate_ids(tf.constant(batch), extra_length=extra)
+        xla = compiled.translate_ids(tf.constant(batch), extra_length=extra)
+        assert xla["ids"].shape == graph["ids"].shape
+        np.testing.assert_array_equal(xla["ids"].numpy(), graph["ids"].numpy())
+        np.testing.assert_array_equal(xla["lengths"].numpy(), graph["lengths"].numpy())
+        np.testing.assert_allclose(xla["scores"].numpy(), graph["scores"].numpy(), rtol=1e-4)
+    # Random weights run to the limit: past FIRST_CACHE_LENGTH, onto the grown cache.
+    long_graph = _translator(tiny_model_dir, beam_size=2).translate_ids(tf.constant(sources))
+    long_xla = _translator(tiny_model_dir, beam_size=2, jit_compile=True).translate_ids(
+        tf.constant(sources))
+    assert long_graph["lengths"].numpy().max() > FIRST_CACHE_LENGTH
+    np.testing.assert_array_equal(long_xla["ids"].numpy(), long_graph["ids"].numpy())
+    text = tf.constant(SENTENCES[:3] + [""])
+    np.testing.assert_array_equal(compiled.translate(text)["translation"].numpy(),
+                                  eos_prone.translate(text)["translation"].numpy())
+    assert compiled.translate(tf.constant([], tf.string))["translation"].shape == [0]
 
 
 def test_text_path_equals_ids_path(eos_prone, sources):

@@ -107,6 +107,7 @@ def beam_search(
     fixed_cache_keys: Collection[str] = (),
     batch_size: int | None = None,
     max_decode_length: int | None = None,
+    grow_cache: tuple[int, Callable[[Cache], Cache]] | None = None,
 ) -> BeamSearchResult:
     """Decodes a batch of sentences with beam search (see the module docstring).
 
@@ -133,6 +134,12 @@ def beam_search(
         max(max_lengths); set it under XLA, where a buffer sized by the values
         of max_lengths would force a compile per distinct max_lengths. Then
         max_lengths is clipped to it.
+      grow_cache: (steps, fn): run the first `steps` steps on `initial_cache`
+        as given, then continue (if any sentence is not done) on fn(cache).
+        Under XLA a cache has one shape per loop, so a model can start with a
+        short cache and pad it once here: a batch whose outputs stop early
+        never copies, reorders or attends over the long one. The tiled,
+        beam-ordered cache is what fn receives.
 
     Returns:
       BeamSearchResult with ids [batch, nbest, width - 1], scores and lengths
@@ -161,18 +168,25 @@ def beam_search(
                      bos_id, nbest, fixed)
 
     state = _initial_state(config, initial_cache, batch_size, max_decode_length)
-    invariants = _shape_invariants(state)
     max_steps = tf.reduce_max(max_lengths)
 
-    def cond(state: _BeamState) -> tf.Tensor:
-        return tf.logical_and(state.step < max_steps,
-                              tf.logical_not(tf.reduce_all(state.done)))
+    def run(state: _BeamState, last_step) -> _BeamState:
+        def cond(state: _BeamState) -> tf.Tensor:
+            return tf.logical_and(state.step < last_step,
+                                  tf.logical_not(tf.reduce_all(state.done)))
 
-    def body(state: _BeamState) -> tuple[_BeamState]:
-        return (_search_step(config, state),)
+        def body(state: _BeamState) -> tuple[_BeamState]:
+            return (_search_step(config, state),)
 
-    (state,) = tf.while_loop(cond, body, (state,), shape_invariants=(invariants,))
-    return _result(state, nbest)
+        (state,) = tf.while_loop(cond, body, (state,),
+                                 shape_invariants=(_shape_invariants(state),))
+        return state
+
+    if grow_cache is not None:
+        steps, grow = grow_cache
+        state = run(state, tf.minimum(max_steps, steps))
+        state = state._replace(alive_cache=grow(state.alive_cache))
+    return _result(run(state, max_steps), nbest)
 
 
 class _Config(NamedTuple):

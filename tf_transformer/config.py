@@ -153,6 +153,9 @@ class DecodeConfig:
     extra_length: int = 50
     nbest: int = 1
     batch_size: int = 32
+    # Compile the beam search with XLA (translator.py: one compilation per padded
+    # batch and source length). Needs --xla_cpu_compilation_enabled in TF Serving.
+    jit_compile: bool = False
 
     def __post_init__(self):
         if self.beam_size < 1:

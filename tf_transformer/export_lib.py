@@ -47,7 +47,7 @@ from tf_transformer import checkpoints
 from tf_transformer.config import Config, DecodeConfig
 from tf_transformer.model import build_model
 from tf_transformer.tokenizer import Tokenizer
-from tf_transformer.translator import Translator
+from tf_transformer.translator import LENGTH_BUCKET, Translator
 
 METADATA_FILE = "export_metadata.json"
 WARMUP_FILE = os.path.join("assets.extra", "tf_serving_warmup_requests")
@@ -290,7 +290,9 @@ def export(translator: Translator, export_dir: str, vocab_path: str, metadata: d
             "version": version,
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "decode": {"beam_size": translator.beam_size, "nbest": translator.nbest,
-                       "alpha": translator.alpha, "extra_length": translator.extra_length},
+                       "alpha": translator.alpha, "extra_length": translator.extra_length,
+                       "jit_compile": translator.jit_compile,
+                       "length_bucket": LENGTH_BUCKET if translator.jit_compile else None},
             "max_source_length": translator.max_source_length,
             "max_target_length": translator.max_target_length,
             "vocab_sha256": hashlib.sha256(vocab).hexdigest(),

@@ -78,12 +78,16 @@ def define_decode_flags() -> None:
     define_once(flags.DEFINE_integer, "nbest", None,
                 "Hypotheses per input (<= beam_size).")
     define_once(flags.DEFINE_integer, "batch_size", None, "Sentences per batch.")
+    define_once(flags.DEFINE_bool, "decode_jit_compile", None,
+                "Compile the beam search with XLA (DecodeConfig.jit_compile).")
 
 
 def decode_overrides() -> dict:
     """The decode flags the user set, as DecodeConfig fields."""
-    names = ("beam_size", "alpha", "extra_length", "nbest", "batch_size")
-    return {n: getattr(FLAGS, n) for n in names if getattr(FLAGS, n) is not None}
+    names = {"beam_size": "beam_size", "alpha": "alpha", "extra_length": "extra_length",
+             "nbest": "nbest", "batch_size": "batch_size", "decode_jit_compile": "jit_compile"}
+    return {field: getattr(FLAGS, flag) for flag, field in names.items()
+            if getattr(FLAGS, flag) is not None}
 
 
 def define_model_flags() -> None:

@@ -121,6 +121,14 @@ class Transformer(keras.Model):
         bias = masks.attention_bias(masks.padding_mask(source))
         return {"memory": {"layers": memory_layers, "bias": bias}, "self": self_layers}
 
+    def grow_cache(self, cache, max_length):
+        """A fixed-shape cache padded to `max_length` positions (from a shorter
+        initial_cache; beam_search's grow_cache)."""
+        def pad(t):
+            return tf.pad(t, [[0, 0], [0, 0], [0, max_length - tf.shape(t)[2]], [0, 0]])
+        return {"memory": cache["memory"],
+                "self": [{"k": pad(c["k"]), "v": pad(c["v"])} for c in cache["self"]]}
+
     def decode_step(self, ids, step, cache, growing=False):
         """Logits for the token after ids[:, step], reading earlier positions from `cache`.
 

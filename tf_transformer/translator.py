@@ -20,6 +20,15 @@ Target side: at most `source_length + extra_length` tokens, EOS included
 `beam_size` (shapes depend on it) and `nbest` are fixed at construction; `alpha`
 and `extra_length` may be overridden per call: a negative value, the default,
 means the configured one. A beam of 1 is greedy decoding on the same path.
+
+With `decode_config.jit_compile` the search runs as one XLA computation (the
+tokenizer ops stay outside it). XLA compiles per input shape, so the batch is
+padded to a power of two (repeating its last row, whose copies finish with it)
+and the source to a multiple of LENGTH_BUCKET, and each new (batch, length,
+extra_length) compiles once per process. The cache has a fixed shape: the first
+FIRST_CACHE_LENGTH steps run on a cache of that length, later steps (if any
+sentence is still going) on one padded to the full padded source length +
+extra_length. Outputs are the graph path's.
 """
 
 from __future__ import annotations
@@ -43,6 +52,9 @@ _TEXT = tf.TensorSpec([None], tf.string, name="text")
 _IDS = tf.TensorSpec([None, None], tf.int32, name="source_ids")
 _ALPHA = tf.TensorSpec([], tf.float32, name="alpha")
 _EXTRA = tf.TensorSpec([], tf.int32, name="extra_length")
+
+LENGTH_BUCKET = 16  # XLA: sources padded to a multiple of this many tokens
+FIRST_CACHE_LENGTH = 32  # XLA: steps on a short cache before it is padded to full length
 
 
 class Translator(tf.Module):
@@ -69,6 +81,8 @@ class Translator(tf.Module):
         self.extra_length = int(decode_config.extra_length)
         self.max_source_length = int(min(max_source_length, model.max_positions))
         self.max_target_length = int(model.max_positions)
+        self.jit_compile = bool(decode_config.jit_compile)
+        self._compiled = _CompiledSearches(self)
 
     @classmethod
     def from_model_dir(cls, model_dir: str, checkpoint: str | None = None,
@@ -128,7 +142,10 @@ class Translator(tf.Module):
 
         `max_decode_length` (static) sizes the cache and the ids buffer instead
         of the batch's longest maximum; set it under XLA (see beam_search).
+        Without it, a jit_compile translator pads and runs the compiled search.
         """
+        if self.jit_compile and max_decode_length is None:
+            return self._search_compiled(source_ids, alpha, extra_length, nbest)
         source_ids = tf.convert_to_tensor(source_ids, tf.int32)
         source_lengths = tf.reduce_sum(tf.cast(source_ids != PAD_ID, tf.int32), axis=1)
         max_lengths = tf.minimum(source_lengths + extra_length, self.max_target_length)
@@ -137,15 +154,43 @@ class Translator(tf.Module):
             cache_length = None
             cache = self.model.initial_cache(memory, source_ids)
             decode_step = functools.partial(self.model.decode_step, growing=True)
-        else:  # XLA: fixed shapes
-            cache_length = min(max_decode_length, self.max_target_length)
-            cache = self.model.initial_cache(memory, source_ids, cache_length)
+        else:  # XLA: fixed shapes, a short cache first (most outputs stop early)
+            cache_length = tf.minimum(max_decode_length, self.max_target_length)
+            first = tf.minimum(FIRST_CACHE_LENGTH, cache_length)
+            cache = self.model.initial_cache(memory, source_ids, first)
             decode_step = self.model.decode_step
+            grow = (FIRST_CACHE_LENGTH,
+                    functools.partial(self.model.grow_cache, max_length=cache_length))
         return beam_search(
             decode_step, cache, vocab_size=self.model.vocab_size,
             beam_size=self.beam_size, alpha=alpha, max_lengths=max_lengths, nbest=nbest,
             fixed_cache_keys=FIXED_CACHE_KEYS,
-            max_decode_length=None if max_decode_length is None else cache_length)
+            max_decode_length=None if max_decode_length is None else cache_length,
+            grow_cache=None if max_decode_length is None else grow)
+
+    def _search_compiled(self, source_ids, alpha, extra_length, nbest: int) -> BeamSearchResult:
+        """The XLA search on the batch padded to a compiled shape, cut back to it."""
+        source_ids = tf.convert_to_tensor(source_ids, tf.int32)
+        batch, length = tf.shape(source_ids)[0], tf.shape(source_ids)[1]
+        padded_length = -(-length // LENGTH_BUCKET) * LENGTH_BUCKET
+        padded_length = tf.maximum(tf.minimum(padded_length, self.max_source_length),
+                                   tf.maximum(length, 1))
+        powers = 2 ** tf.range(31)
+        padded_batch = tf.reduce_min(tf.boolean_mask(powers, powers >= batch))
+        padded = tf.pad(source_ids, [[0, 0], [0, padded_length - length]],
+                        constant_values=PAD_ID)
+        # Filler rows repeat the last sentence (or, for an empty batch, are empty).
+        empty_row = tf.one_hot(0, padded_length, on_value=EOS_ID, off_value=PAD_ID,
+                               dtype=tf.int32)
+        rows = tf.range(padded_batch)
+        rows = tf.where(rows < batch, rows, tf.maximum(batch - 1, 0))
+        padded = tf.gather(tf.concat([padded, empty_row[tf.newaxis]], 0), rows)
+        ids, scores, lengths = self._compiled.get(nbest)(padded, alpha, extra_length)
+        # The graph path's ids width: the batch's longest allowed output.
+        source_lengths = tf.reduce_sum(tf.cast(source_ids != PAD_ID, tf.int32), axis=1)
+        width = tf.maximum(tf.reduce_max(
+            tf.minimum(source_lengths + extra_length, self.max_target_length)), 1)
+        return BeamSearchResult(ids[:batch, :, :width], scores[:batch], lengths[:batch])
 
     def _alpha(self, alpha):
         alpha = tf.cast(alpha, tf.float32)
@@ -171,6 +216,29 @@ class Translator(tf.Module):
         empty = empty[:, tf.newaxis]
         return (tf.where(empty, "", strings), tf.where(empty, 0.0, result.scores),
                 tf.where(empty, 0, result.lengths))
+
+
+class _CompiledSearches:
+    """The jit-compiled search per nbest, built on first use. A plain object,
+    so SavedModel tracking ignores it (the functions are saved where called)."""
+
+    def __init__(self, translator: Translator):
+        self._translator = translator
+        self._functions = {}
+
+    def get(self, nbest: int):
+        if nbest not in self._functions:
+            translator = self._translator
+
+            def search(source_ids, alpha, extra_length):
+                # Shapes from the input shape and extra_length: XLA compile-time constants.
+                width = tf.shape(source_ids)[1] + extra_length
+                result = translator.search(source_ids, alpha, extra_length, nbest,
+                                           max_decode_length=width)
+                return result.ids, result.scores, result.lengths
+
+            self._functions[nbest] = tf.function(search, jit_compile=True)
+        return self._functions[nbest]
 
 
 @dataclasses.dataclass

@@ -139,9 +139,12 @@ class MultiHeadAttention(keras.layers.Layer):
         if bias is None:
             cache = {"k": tf.concat([cache["k"], k], axis=2), "v": tf.concat([cache["v"], v], axis=2)}
             bias = 0.0
-        else:
-            write = tf.equal(tf.range(tf.shape(cache["k"])[2]), step)[tf.newaxis, tf.newaxis, :, tf.newaxis]
-            cache = {"k": tf.where(write, k, cache["k"]), "v": tf.where(write, v, cache["v"])}
+        else:  # a scatter into column `step`: in place under XLA, where a select copies
+            rows, heads = tf.meshgrid(tf.range(tf.shape(k)[0]), tf.range(self.num_heads),
+                                      indexing="ij")
+            index = tf.stack([rows, heads, tf.fill(tf.shape(rows), step)], axis=-1)
+            cache = {"k": tf.tensor_scatter_nd_update(cache["k"], index, k[:, :, 0]),
+                     "v": tf.tensor_scatter_nd_update(cache["v"], index, v[:, :, 0])}
         return self._attend(q, cache["k"], cache["v"], bias, training=False), cache
 
     def call_cross_cached(self, query, memory_k, memory_v, bias):
