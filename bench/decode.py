@@ -19,11 +19,14 @@ timing; the figure is the median of --repeats runs.
 
 With --profile: instead, where one search's time goes (beam 4, batch 32,
 sources of 32): the TensorFlow profiler's op self times grouped by op type
-and the top ops by name (needs `xprof`, as bench.profile_train_step).
+and the top ops by name (needs `xprof`, as bench.profile_train_step); with
+--jit_compile, the executed HLO ops instead (XLA's own trace events, grouped
+by name without the numeric suffix: all `gather_bitcast_fusion.N` together).
 """
 
 import collections
 import os
+import re
 import tempfile
 import random
 import statistics
@@ -104,7 +107,7 @@ def _print(name: str, figures: dict, **settings):
 
 
 def _profile(translator, steps, batch: int = 32, source_length: int = 32):
-    from bench.timing import op_stats
+    from bench.timing import op_stats, xla_op_times
 
     source = _source(translator, batch, source_length)
     search = _search_fn(translator)
@@ -119,6 +122,15 @@ def _profile(translator, steps, batch: int = 32, source_length: int = 32):
     num_steps = int(steps.numpy())
     print(f"profile beam=4 batch={batch} source_length={source_length} steps={num_steps} "
           f"ms_per_step={1000 * seconds / max(num_steps, 1):.2f} (under the profiler)")
+    if JIT.value:
+        totals = collections.Counter()
+        for name, ms in xla_op_times(logdir).items():
+            totals[re.sub(r"([._]\d+)+$", "", name)] += ms
+        total = sum(totals.values())
+        print(f"by HLO op (share of {total:.0f} ms of HLO time; MatMul/dot: the matrix products)")
+        for name, ms in totals.most_common(TOP.value):
+            print(f"  {name[:70]:70s} {ms / total:6.1%} {ms / max(num_steps, 1):7.2f} ms/step")
+        return
     rows = op_stats(logdir)
     for key, title in (("type", "by op type"), ("operation", "by op")):
         totals = collections.Counter()
@@ -133,6 +145,9 @@ def _profile(translator, steps, batch: int = 32, source_length: int = 32):
 def main(argv):
     del argv
     if PROFILE.value:
+        if JIT.value:  # XLA's per-HLO trace events (read when the first compile starts)
+            os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
+                                       + " --xla_cpu_enable_xprof_traceme=true")
         _profile(*_translator(4))
         return
     weights = MODEL_DIR.value or f"random:{PRESET.value}"

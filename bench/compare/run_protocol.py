@@ -70,7 +70,7 @@ def run_logged(command, log_path, cwd=REPO, env=None):
     process = subprocess.Popen(full, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                text=True, errors="replace", env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
     lines = []
-    with open(log_path, "w") as log:
+    with open(log_path, "w", buffering=1) as log:  # line-buffered: progress visible
         for line in process.stdout:
             elapsed = time.time() - start
             lines.append((elapsed, line.rstrip("\n")))
