@@ -147,8 +147,7 @@ class Translator(tf.Module):
         if self.jit_compile and max_decode_length is None:
             return self._search_compiled(source_ids, alpha, extra_length, nbest)
         source_ids = tf.convert_to_tensor(source_ids, tf.int32)
-        source_lengths = tf.reduce_sum(tf.cast(source_ids != PAD_ID, tf.int32), axis=1)
-        max_lengths = tf.minimum(source_lengths + extra_length, self.max_target_length)
+        max_lengths = self._max_lengths(source_ids, extra_length)
         memory = self.model.encode(source_ids, training=False)
         if max_decode_length is None:  # graph mode: a cache as long as the output so far
             cache_length = None
@@ -187,10 +186,13 @@ class Translator(tf.Module):
         padded = tf.gather(tf.concat([padded, empty_row[tf.newaxis]], 0), rows)
         ids, scores, lengths = self._compiled.get(nbest)(padded, alpha, extra_length)
         # The graph path's ids width: the batch's longest allowed output.
-        source_lengths = tf.reduce_sum(tf.cast(source_ids != PAD_ID, tf.int32), axis=1)
-        width = tf.maximum(tf.reduce_max(
-            tf.minimum(source_lengths + extra_length, self.max_target_length)), 1)
+        width = tf.maximum(tf.reduce_max(self._max_lengths(source_ids, extra_length)), 1)
         return BeamSearchResult(ids[:batch, :, :width], scores[:batch], lengths[:batch])
+
+    def _max_lengths(self, source_ids, extra_length) -> tf.Tensor:
+        """int32 [batch]: each source's token count + extra_length, capped (module docstring)."""
+        source_lengths = tf.reduce_sum(tf.cast(source_ids != PAD_ID, tf.int32), axis=1)
+        return tf.minimum(source_lengths + extra_length, self.max_target_length)
 
     def _alpha(self, alpha):
         alpha = tf.cast(alpha, tf.float32)
