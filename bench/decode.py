@@ -26,10 +26,10 @@ by name without the numeric suffix: all `gather_bitcast_fusion.N` together).
 
 import collections
 import os
-import re
-import tempfile
 import random
+import re
 import statistics
+import tempfile
 import time
 
 import numpy as np
@@ -38,8 +38,8 @@ from absl import app, flags
 
 from tf_transformer import presets
 from tf_transformer.config import EOS_ID, DecodeConfig
+from tf_transformer.decoding.translator import Translator
 from tf_transformer.model import build_model
-from tf_transformer.translator import Translator
 
 MODEL_DIR = flags.DEFINE_string("model_dir", None, "A trained model; default random `small`.")
 PRESET = flags.DEFINE_string("preset", "small", "Preset for random weights.")

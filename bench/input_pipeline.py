@@ -5,7 +5,7 @@
 One epoch of the training pipeline (tokenise, filter, bucket; no model), over
 the full shared train corpus when ../shared exists, else the embedded one.
 Without --vocab, a vocabulary of --vocab_size is trained first (not timed).
-The figure comes from `input_pipeline.tokens_per_second`, for reuse.
+The figure comes from `pipeline.tokens_per_second`, for reuse.
 
 Then, unless --no_compare_step, the trainer's own step of the `small` preset
 is timed in the same process on the pipeline's own batches, and a line
@@ -18,8 +18,8 @@ import tempfile
 
 from absl import app, flags
 
-from tf_transformer import corpus, input_pipeline, tokenizer
 from tf_transformer.config import DataConfig
+from tf_transformer.inputs import corpus, pipeline, tokenizer
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED_TRAIN = os.path.join(REPO, "..", "shared", "corpora", "libreoffice-help.en-de", "train.tsv")
@@ -42,7 +42,7 @@ def train_step_tokens_per_second(dataset, vocab_size: int, steps: int) -> float:
 
     from tf_transformer import presets
     from tf_transformer.config import PAD_ID
-    from tf_transformer.trainer import Trainer
+    from tf_transformer.training.trainer import Trainer
 
     config = presets.get_preset("small", vocab_size)
     strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
@@ -73,17 +73,17 @@ def main(argv):
     vocab = tokenizer.Tokenizer(vocab_path)
     config = DataConfig(tokens_per_batch=TOKENS_PER_BATCH.value,
                         deterministic=DETERMINISTIC.value)
-    dataset = input_pipeline.make_dataset(pairs, vocab, config, training=True, repeat=False,
-                                          count_skipped=False)
-    figures = input_pipeline.tokens_per_second(dataset)
+    dataset = pipeline.make_dataset(pairs, vocab, config, training=True, repeat=False,
+                                    count_skipped=False)
+    figures = pipeline.tokens_per_second(dataset)
     print(f"input_pipeline data={os.path.relpath(spec) if os.path.exists(spec) else spec} "
           f"pairs={len(pairs)} cpus={os.cpu_count()} "
           + " ".join(f"{key}={value}" for key, value in figures.items()), flush=True)
     if COMPARE_STEP.value:
         trainer = train_step_tokens_per_second(dataset, vocab.vocab_size, STEPS.value)
-        pipeline = float(figures["tokens_per_second"])
+        input_rate = float(figures["tokens_per_second"])
         print(f"versus_train_step preset=small train_tokens_per_sec={trainer:.0f} "
-              f"pipeline_tokens_per_sec={pipeline:.0f} ratio={pipeline / trainer:.1f}")
+              f"pipeline_tokens_per_sec={input_rate:.0f} ratio={input_rate / trainer:.1f}")
 
 
 if __name__ == "__main__":

@@ -20,15 +20,17 @@ import os
 import tempfile
 import time
 
-import tf_transformer  # noqa: F401  (oneDNN on, before TensorFlow loads, as the binaries)
-
 import numpy as np
 import tensorflow as tf
 from absl import app, flags
 
-from tf_transformer import checkpoints, corpus, export_lib, presets, tokenizer
+import tf_transformer  # noqa: F401  (oneDNN on, before TensorFlow loads, as the binaries)
+from tf_transformer import presets
 from tf_transformer.config import DecodeConfig
+from tf_transformer.exporters import saved_model, warmup
+from tf_transformer.inputs import corpus, tokenizer
 from tf_transformer.model import build_model
+from tf_transformer.training import checkpoints
 
 MODEL_DIR = flags.DEFINE_string("model_dir", None, "A trained model dir; default random `small`.")
 REQUESTS = flags.DEFINE_integer("requests", 30, "Batch-1 requests for the latency figures.")
@@ -77,14 +79,14 @@ def main(argv):
     weights = MODEL_DIR.value or ("random (seeded) small preset, 8000-piece BPE on the "
                                   "embedded train split")
     decode = DecodeConfig(beam_size=BEAM.value, extra_length=EXTRA.value, nbest=BEAM.value)
-    translator, used = export_lib.load_translator(model_dir, decode)
+    translator, used = saved_model.load_translator(model_dir, decode)
     start = time.perf_counter()
-    path = export_lib.export(translator, os.path.join(work, "export"),
+    path = saved_model.export(translator, os.path.join(work, "export"),
                              os.path.join(model_dir, checkpoints.VOCAB_FILE),
                              {"checkpoints": used}, warmup_sentences=())
     export_seconds = time.perf_counter() - start
     serve = tf.saved_model.load(path).signatures["serving_default"]
-    dev = [s for s in export_lib.read_sentences(os.path.join(DATA_DIR, "dev.tsv"))
+    dev = [s for s in warmup.read_sentences(os.path.join(DATA_DIR, "dev.tsv"))
            if len(s) <= MAX_CHARS.value]
     requests = [dev[i % len(dev)] for i in range(REQUESTS.value)]
     batches = [dev[32 * i:32 * (i + 1)] for i in range(BATCHES.value)]

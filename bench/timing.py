@@ -36,8 +36,9 @@ def make_step(preset, dtype, xla, length, tokens_per_batch, vocab_size) -> StepU
     import numpy as np
     import tensorflow as tf
 
-    from tf_transformer import flops, presets
-    from tf_transformer.trainer import Trainer
+    from tf_transformer import presets
+    from tf_transformer.model import flops
+    from tf_transformer.training.trainer import Trainer
 
     config = presets.get_preset(preset, vocab_size)
     config = config.replace(train=dataclasses.replace(

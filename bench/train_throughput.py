@@ -12,7 +12,6 @@ padding (L = --length, B = tokens_per_batch // L), so every position is a
 real token; the step is the trainer's own distributed step function.
 """
 
-import time
 
 from absl import app, flags
 

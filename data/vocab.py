@@ -9,7 +9,7 @@ The paper's sizes (section 5.1): 37000 BPE for WMT EN-DE, 32000 for EN-FR;
 
 from absl import app, flags, logging
 
-from tf_transformer import corpus, tokenizer
+from tf_transformer.inputs import corpus, tokenizer
 
 DATA = flags.DEFINE_string("data", None, "corpus spec (see tf_transformer/corpus.py)")
 VOCAB_SIZE = flags.DEFINE_integer("vocab_size", 8000, "pieces, special ones included")

@@ -42,8 +42,9 @@ FLAGS = flags.FLAGS
 
 def main(argv):
     del argv
-    from tf_transformer import checkpoints, export_lib
     from tf_transformer.config import Config
+    from tf_transformer.exporters import saved_model, warmup
+    from tf_transformer.training import checkpoints
 
     if not FLAGS.model_dir or not FLAGS.export_dir:
         raise app.UsageError("--model_dir and --export_dir are required")
@@ -52,17 +53,17 @@ def main(argv):
     if FLAGS.format not in ("saved_model", "ctranslate2"):
         raise app.UsageError(f"--format must be saved_model or ctranslate2, not {FLAGS.format!r}")
     if FLAGS.format == "ctranslate2":
-        from tf_transformer import ctranslate2_export
+        from tf_transformer.exporters import ctranslate2 as ctranslate2_export
         print(ctranslate2_export.run_export(FLAGS.model_dir, FLAGS.export_dir, FLAGS.checkpoint,
                                             FLAGS.average_last, FLAGS.quantization))
         return
     config = Config.load(FLAGS.model_dir)
     overrides = flags_lib.decode_overrides()
     overrides.pop("batch_size", None)
-    decode = export_lib.decode_config(config.decode, overrides)
-    translator, used = export_lib.load_translator(
+    decode = config.decode.with_overrides(overrides, all_beams=True)
+    translator, used = saved_model.load_translator(
         FLAGS.model_dir, decode, FLAGS.checkpoint, FLAGS.average_last or 0)
-    sentences = (export_lib.read_sentences(FLAGS.warmup_sentences)
+    sentences = (warmup.read_sentences(FLAGS.warmup_sentences)
                  if FLAGS.warmup_sentences else [])
     metadata = {
         "model_dir": os.path.abspath(FLAGS.model_dir),
@@ -70,7 +71,7 @@ def main(argv):
         "averaged": len(used) if FLAGS.average_last else 0,
         "config": json_config(config),
     }
-    path = export_lib.export(
+    path = saved_model.export(
         translator, FLAGS.export_dir, os.path.join(FLAGS.model_dir, checkpoints.VOCAB_FILE),
         metadata, sentences, FLAGS.model_name)
     print(path)

@@ -12,7 +12,7 @@ import sys
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from tf_transformer import distribution  # noqa: E402
+from tf_transformer.training import distribution  # noqa: E402
 
 TEST_CPU_DEVICES = 2
 distribution.split_cpu(TEST_CPU_DEVICES)
@@ -29,14 +29,14 @@ EMBEDDED_CORPUS_DIR = os.path.join(REPO_ROOT, "data", "libreoffice-help.en-de")
 @pytest.fixture(scope="session")
 def embedded_corpus():
     """The embedded train split (20000 pairs), never ../shared."""
-    from tf_transformer import corpus
+    from tf_transformer.inputs import corpus
     return corpus.read_tsv(os.path.join(EMBEDDED_CORPUS_DIR, "train.tsv"))
 
 
 @pytest.fixture(scope="session")
 def spm_model_path(tmp_path_factory, embedded_corpus):
     """A small BPE vocabulary (500 pieces, first 2000 pairs): for fast model tests."""
-    from tf_transformer import corpus, tokenizer
+    from tf_transformer.inputs import corpus, tokenizer
     subset = corpus.Corpus(embedded_corpus.sources[:2000], embedded_corpus.targets[:2000])
     path = str(tmp_path_factory.mktemp("spm") / "small.model")
     tokenizer.train_sentencepiece(subset, 500, path)
@@ -45,14 +45,14 @@ def spm_model_path(tmp_path_factory, embedded_corpus):
 
 @pytest.fixture(scope="session")
 def small_tokenizer(spm_model_path):
-    from tf_transformer import tokenizer
+    from tf_transformer.inputs import tokenizer
     return tokenizer.Tokenizer(spm_model_path)
 
 
 @pytest.fixture(scope="session")
 def tokenizer_8k(tmp_path_factory, embedded_corpus):
     """The demo's vocabulary: 8000 BPE pieces on the whole embedded train split (~1 s)."""
-    from tf_transformer import tokenizer
+    from tf_transformer.inputs import tokenizer
     path = str(tmp_path_factory.mktemp("spm") / "spm8k.model")
     tokenizer.train_sentencepiece(embedded_corpus, 8000, path)
     return tokenizer.Tokenizer(path)

@@ -15,10 +15,17 @@ import os
 
 import tensorflow as tf
 
-from tf_transformer import checkpoints, corpus, input_pipeline
-from tf_transformer.config import Config, DataConfig, DecodeConfig, ModelConfig, TrainConfig
-from tf_transformer.tokenizer import Tokenizer
-from tf_transformer.trainer import Trainer
+from tf_transformer.config import (
+    Config,
+    DataConfig,
+    DecodeConfig,
+    ModelConfig,
+    TrainConfig,
+)
+from tf_transformer.inputs import corpus, pipeline
+from tf_transformer.inputs.tokenizer import Tokenizer
+from tf_transformer.training import checkpoints
+from tf_transformer.training.trainer import Trainer
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRAIN_TSV = os.path.join(REPO_ROOT, "data", "libreoffice-help.en-de", "train.tsv")
@@ -57,7 +64,7 @@ def make_model_dir(path: str, tokenizer_proto: bytes, steps: int = 0, seed: int 
 
     def dataset_fn(start_step):
         del start_step  # a fresh shuffle is fine for a fixture
-        return input_pipeline.dataset_fn(pairs, tokenizer, config.data, training=True)
+        return pipeline.dataset_fn(pairs, tokenizer, config.data, training=True)
 
     trainer.train(dataset_fn, max_steps=steps, log_fn=lambda line: None)
     return path

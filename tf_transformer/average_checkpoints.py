@@ -18,9 +18,9 @@ FLAGS = flags.FLAGS
 
 def main(argv):
     del argv
-    from tf_transformer import checkpoints
     from tf_transformer.config import Config
     from tf_transformer.model import build_model
+    from tf_transformer.training import checkpoints
 
     num_last = FLAGS.num_last or Config.load(FLAGS.model_dir).train.average_last
     path = checkpoints.write_averaged(FLAGS.model_dir, num_last, FLAGS.output, build_model)

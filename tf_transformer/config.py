@@ -165,6 +165,19 @@ class DecodeConfig:
         if self.extra_length < 1:
             raise ConfigError("extra_length must be >= 1")
 
+    def with_overrides(self, overrides: dict, all_beams: bool = False) -> "DecodeConfig":
+        """These settings with the user's overrides (DecodeConfig fields).
+
+        An nbest the user did not set follows a new beam_size down (it never
+        exceeds the beam), or with `all_beams` (the export's translate_nbest
+        signature) equals the beam size.
+        """
+        changes = dict(overrides)
+        beam_size = changes.get("beam_size", self.beam_size)
+        if "nbest" not in changes:
+            changes["nbest"] = beam_size if all_beams else min(self.nbest, beam_size)
+        return dataclasses.replace(self, **changes)
+
 
 @dataclasses.dataclass(frozen=True)
 class Config:

@@ -1,6 +1,6 @@
 """Scores a model on a corpus: `python -m tf_transformer.evaluate --model_dir=DIR --data=SPEC`.
 
-SPEC is any corpus spec of tf_transformer.corpus.read_corpus (a TSV, two
+SPEC is any corpus spec of tf_transformer.inputs.corpus.read_corpus (a TSV, two
 line-aligned files, tfds:wmt14_translate/en-de:test, ...). Prints one line of
 key=value figures (sacreBLEU, chrF, the paper-style tokenized BLEU, decode
 throughput) and the sacreBLEU signatures. Decoding flags are the translate
@@ -9,7 +9,8 @@ binary's (default: the model directory's config.json).
 
 from absl import app, flags
 
-from tf_transformer import flags as flags_lib, translate
+from tf_transformer import flags as flags_lib
+from tf_transformer import translate
 
 flags_lib.define_once(flags.DEFINE_string, "data", None, "Corpus spec to translate and score.")
 flags_lib.define_once(flags.DEFINE_integer, "max_sentences", 0,
@@ -21,7 +22,8 @@ FLAGS = flags.FLAGS
 
 def main(argv):
     del argv
-    from tf_transformer import corpus, evaluation
+    from tf_transformer import evaluation
+    from tf_transformer.inputs import corpus
 
     if not FLAGS.data:
         raise app.UsageError("--data is required")

@@ -21,9 +21,9 @@ from sacrebleu.metrics import BLEU, CHRF
 from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
 
 from tf_transformer.config import Config
-from tf_transformer.corpus import Corpus
-from tf_transformer.tokenizer import Tokenizer
-from tf_transformer.translator import Translator, translate_sentences
+from tf_transformer.decoding.translator import Translator, translate_sentences
+from tf_transformer.inputs.corpus import Corpus
+from tf_transformer.inputs.tokenizer import Tokenizer
 
 _COMPOUND = re.compile(r"(\S)-(\S)")
 _TOKENIZE_13A = Tokenizer13a()

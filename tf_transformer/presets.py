@@ -12,8 +12,6 @@ with h=1, `b_dk16`, `c_n2`, `c_dmodel256`, `c_dff4096`, `d_pdrop0`,
 
 from __future__ import annotations
 
-import dataclasses
-
 from tf_transformer.config import Config, ConfigError, ModelConfig, TrainConfig
 
 # Table 3: what each row changes from base, and the paper's params column

@@ -36,8 +36,9 @@ def main(argv):
     del argv
     import tensorflow as tf
 
-    from tf_transformer import checkpoints, corpus, distribution, input_pipeline, tokenizer
-    from tf_transformer.trainer import NonFiniteLossError, Trainer, dev_loss_fn
+    from tf_transformer.inputs import corpus, pipeline, tokenizer
+    from tf_transformer.training import checkpoints, distribution
+    from tf_transformer.training.trainer import NonFiniteLossError, Trainer, dev_loss_fn
 
     if FLAGS.intra_op_threads:
         tf.config.threading.set_intra_op_parallelism_threads(FLAGS.intra_op_threads)
@@ -62,7 +63,7 @@ def main(argv):
     evaluate_fn = None
     if FLAGS.dev_data:
         dev_corpus = corpus.read_corpus(FLAGS.dev_data)
-        dev = input_pipeline.make_dataset(dev_corpus, tok, config.data, training=False)
+        dev = pipeline.make_dataset(dev_corpus, tok, config.data, training=False)
         evaluate_fn = dev_loss_fn(dev, config.train.label_smoothing)
         if FLAGS.dev_bleu_sentences:
             from tf_transformer import evaluation
@@ -72,7 +73,7 @@ def main(argv):
     def train_dataset_fn(start_step):
         # Resuming starts a new, differently seeded pass over the data.
         data = dataclasses.replace(config.data, seed=config.data.seed + start_step)
-        return input_pipeline.dataset_fn(train_corpus, tok, data, training=True)
+        return pipeline.dataset_fn(train_corpus, tok, data, training=True)
 
     trainer = Trainer(config, FLAGS.model_dir, strategy)
     try:

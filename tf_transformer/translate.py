@@ -9,11 +9,9 @@ translates to an empty line, an over-long line is truncated to the model's
 maximum source length; each is logged as a warning.
 """
 
-import dataclasses
 import sys
 
 from absl import app, flags, logging
-
 
 from tf_transformer import flags as flags_lib
 
@@ -30,15 +28,12 @@ FLAGS = flags.FLAGS
 def make_translator():
     """The Translator of --model_dir / --checkpoint with the decoding flags applied."""
     from tf_transformer.config import Config
-    from tf_transformer.translator import Translator
+    from tf_transformer.decoding.translator import Translator
 
     if not FLAGS.model_dir:
         raise app.UsageError("--model_dir is required")
     decode = Config.load(FLAGS.model_dir).decode
-    changes = flags_lib.decode_overrides()
-    if "beam_size" in changes and "nbest" not in changes:
-        changes["nbest"] = min(decode.nbest, changes["beam_size"])
-    decode = dataclasses.replace(decode, **changes)
+    decode = decode.with_overrides(flags_lib.decode_overrides())
     return Translator.from_model_dir(FLAGS.model_dir, FLAGS.checkpoint, decode), decode
 
 
@@ -50,7 +45,7 @@ def _warn(line_numbers, what):
 
 def main(argv):
     del argv
-    from tf_transformer.translator import split_lines, translate_sentences
+    from tf_transformer.decoding.translator import split_lines, translate_sentences
 
     translator, decode = make_translator()
     if FLAGS.input:
@@ -80,7 +75,7 @@ def main(argv):
         else:
             out.flush()
     if FLAGS.plot_attention and lines:
-        from tf_transformer import attention_plot
+        from tf_transformer.decoding import attention_plot
         attention_plot.plot_translation(translator, lines[0], FLAGS.plot_attention)
         logging.info("attention of input line 0 written to %s", FLAGS.plot_attention)
 

@@ -13,7 +13,7 @@ Runs in our .venv; the peers run as subprocesses in bench/compare/.venvs
   4. test BLEU with each system's own decoder (OpenNMT-tf `infer`, our
      `tf_transformer.evaluate`), scored here with sacreBLEU on detokenized text;
   5. exports: OpenNMT-tf's SavedModel, ours (`python -m export`), ours converted
-     to CTranslate2 (tf_transformer/ctranslate2_export.py); decode throughput at
+     to CTranslate2 (tf_transformer/exporters/ctranslate2.py); decode throughput at
      batch 32, beam 4, and batch-1 latency of each (decode_peer.py), CTranslate2 in
      float32 and int8 on our weights.
 Prints one line per figure (both values and the ratio), writes WORK_DIR/figures.json
@@ -88,7 +88,7 @@ def prepare_data(args, work):
     """Vocabulary, pieces files, OpenNMT-tf vocabulary; returns paths and length stats."""
     import sentencepiece as spm
 
-    from tf_transformer import corpus, tokenizer
+    from tf_transformer.inputs import corpus, tokenizer
 
     data = os.path.join(work, "data")
     os.makedirs(data, exist_ok=True)
@@ -237,7 +237,7 @@ def decode_all(args, work, d, results):
             else:
                 print(f"{name} export failed:\n" + out.stderr[-2000:])
         if "ctranslate2" not in skip:
-            from tf_transformer import ctranslate2_export
+            from tf_transformer.exporters import ctranslate2 as ctranslate2_export
             ct2_dir = ctranslate2_export.run_export(results["ours"]["model_dir"],
                                                     os.path.join(work, "ct2_ours"))
             for compute_type in ("float32", "int8"):
@@ -351,7 +351,8 @@ def main():
     skip = args.skip.split(",")
     d = prepare_data(args, work)
     from bench.timing import matmul_peak
-    from tf_transformer import flops, presets
+    from tf_transformer import presets
+    from tf_transformer.model import flops
 
     peak = matmul_peak("float32")
     model = presets.get_preset("small", args.vocab_size).model

@@ -1,0 +1,258 @@
+"""The translation path: beam search through the real (tiny, random-weight) model.
+
+Random weights almost never emit EOS, so the tests that need finished
+hypotheses of varied lengths scale up the EOS row of the shared embedding
+(`_eos_prone`): its logit then has a larger spread and wins at some steps
+depending on the context. The search and the model code are untouched.
+"""
+
+import functools
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tf_transformer import evaluation
+from tf_transformer.config import EOS_ID, PAD_ID, Config, DecodeConfig
+from tf_transformer.decoding import attention_plot
+from tf_transformer.decoding.beam_search import beam_search
+from tf_transformer.decoding.translator import (
+    FIRST_CACHE_LENGTH,
+    Translator,
+    split_lines,
+    translate_sentences,
+)
+from tf_transformer.inputs.corpus import Corpus
+from tf_transformer.inputs.tokenizer import Tokenizer
+from tf_transformer.model.transformer import FIXED_CACHE_KEYS, build_model
+from tf_transformer.training import checkpoints
+
+SENTENCES = [
+    "Fonts",
+    "Replacement table",
+    "Enables the font replacement settings that you define.",
+    "If you want, you can override the default substitution font that your operating system "
+    "uses when it encounters an unavailable font in a document.",
+    "Always checkbox",
+    "Screen only",
+    "Font replacement on screen and when printing, whether the font is installed or not.",
+    "checked",
+]
+
+
+def _model(model_dir, eos_scale=1.0, **model_overrides):
+    config = Config.load(model_dir)
+    model = build_model(config.model.__class__(**{**config.model.__dict__, **model_overrides}))
+    tf.train.Checkpoint(model=model).restore(tf.train.latest_checkpoint(model_dir)).expect_partial()
+    if eos_scale != 1.0:
+        table = model.target_embedding.token_embedding.embeddings
+        table.assign(tf.tensor_scatter_nd_update(table, [[EOS_ID]], table[EOS_ID:EOS_ID + 1] * eos_scale))
+    return model
+
+
+def _translator(model_dir, eos_scale=1.0, **decode):
+    tokenizer = Tokenizer(f"{model_dir}/{checkpoints.VOCAB_FILE}")
+    return Translator(_model(model_dir, eos_scale), tokenizer, DecodeConfig(**decode),
+                      max_source_length=64)
+
+
+@pytest.fixture(scope="module")
+def eos_prone(tiny_model_dir):
+    return _translator(tiny_model_dir, eos_scale=4.0, beam_size=4, nbest=2)
+
+
+@pytest.fixture(scope="module")
+def sources(eos_prone):
+    return eos_prone.source_ids(tf.constant(SENTENCES)).numpy()
+
+
+def _source_lengths(source):
+    return (np.asarray(source) != PAD_ID).sum(axis=1)
+
+
+@pytest.mark.parametrize("growing", [False, True], ids=["fixed_cache", "growing_cache"])
+def test_cached_and_uncached_decoding_give_identical_outputs(eos_prone, sources, growing):
+    model = eos_prone.model
+    source = tf.constant(sources[:3])
+    max_lengths = tf.constant(np.minimum(_source_lengths(source), 6) + 4, tf.int32)
+    args = dict(vocab_size=model.vocab_size, beam_size=4, alpha=0.6, max_lengths=max_lengths,
+                nbest=4)
+
+    def uncached(ids, step, cache):
+        logits = model({"source": cache["source"], "target_in": ids[:, :step + 1]})
+        return logits[:, -1], cache
+
+    full = beam_search(uncached, {"source": source}, **args)
+    cache = model.initial_cache(model.encode(source),
+                                source, None if growing else int(tf.reduce_max(max_lengths)))
+    step_fn = functools.partial(model.decode_step, growing=growing)
+    cached = beam_search(step_fn, cache, fixed_cache_keys=FIXED_CACHE_KEYS, **args)
+    np.testing.assert_array_equal(cached.ids.numpy(), full.ids.numpy())
+    np.testing.assert_array_equal(cached.lengths.numpy(), full.lengths.numpy())
+    np.testing.assert_allclose(cached.scores.numpy(), full.scores.numpy(), rtol=1e-5)
+    assert (full.ids.numpy() == EOS_ID).any()  # some hypotheses finished by EOS
+
+
+def test_a_batch_gives_what_each_sentence_gives_alone(eos_prone, sources):
+    batch = eos_prone.translate_ids(tf.constant(sources))
+    lengths = batch["lengths"].numpy()
+    assert len(set(lengths[:, 0])) > 2  # varied lengths, some stopping early
+    for i, row in enumerate(sources):
+        alone = eos_prone.translate_ids(tf.constant(row[row != PAD_ID][np.newaxis]))
+        width = alone["ids"].shape[2]
+        np.testing.assert_array_equal(batch["ids"].numpy()[i, :, :width], alone["ids"].numpy()[0])
+        assert (batch["ids"].numpy()[i, :, width:] == PAD_ID).all()
+        np.testing.assert_array_equal(lengths[i], alone["lengths"].numpy()[0])
+        np.testing.assert_allclose(batch["scores"].numpy()[i], alone["scores"].numpy()[0],
+                                   rtol=1e-5)
+
+
+def test_alpha_makes_outputs_longer(eos_prone, sources):
+    means = []
+    for alpha in (0.0, 0.6, 1.5, 3.0):
+        out = eos_prone.translate_ids(tf.constant(sources), alpha=alpha)
+        means.append(out["lengths"].numpy()[:, 0].mean())
+    assert all(a <= b for a, b in zip(means, means[1:])), means
+    assert means[-1] > means[0], means
+
+
+def test_eos_ends_every_hypothesis_and_nothing_follows(eos_prone, sources):
+    out = eos_prone.translate_ids(tf.constant(sources), extra_length=20)
+    ids, lengths = out["ids"].numpy(), out["lengths"].numpy()
+    max_lengths = _source_lengths(sources) + 20
+    scores = out["scores"].numpy()
+    assert (np.diff(scores, axis=1) <= 0).all()  # n-best sorted
+    for i in range(len(sources)):
+        for j in range(ids.shape[1]):
+            n = lengths[i, j]
+            assert 1 <= n <= max_lengths[i]
+            assert EOS_ID not in ids[i, j, :n - 1] and PAD_ID not in ids[i, j, :n]
+            assert ids[i, j, n - 1] == EOS_ID or n == max_lengths[i]
+            assert (ids[i, j, n:] == PAD_ID).all()
+    assert (ids == EOS_ID).sum() > len(sources)  # EOS is actually exercised
+
+
+def test_maximum_length_is_source_length_plus_extra_length(tiny_model_dir, sources):
+    translator = _translator(tiny_model_dir, beam_size=2)  # random weights: runs to the limit
+    source_lengths = _source_lengths(sources)
+    out = translator.translate_ids(tf.constant(sources), extra_length=7)
+    lengths = out["lengths"].numpy()[:, 0]
+    assert (lengths <= source_lengths + 7).all()
+    assert (lengths == source_lengths + 7).sum() >= len(sources) - 1
+    assert out["ids"].shape[2] == source_lengths.max() + 7
+    # The default (DecodeConfig.extra_length = 50) without the override.
+    assert translator.translate_ids(tf.constant(sources[:1]))["ids"].shape[2] == source_lengths[0] + 50
+
+
+def test_learned_positions_cap_the_output_length(tiny_model_dir):
+    tokenizer = Tokenizer(f"{tiny_model_dir}/{checkpoints.VOCAB_FILE}")
+    config = Config.load(tiny_model_dir).model
+    model = build_model(config.__class__(**{**config.__dict__, "positions": "learned",
+                                            "max_positions": 24}))
+    translator = Translator(model, tokenizer, DecodeConfig(beam_size=1), max_source_length=64)
+    assert translator.max_source_length == 24
+    out = translator.translate(tf.constant([" ".join(["word"] * 100), "Fonts"]))
+    assert out["length"].numpy().max() <= 24
+
+
+def test_text_api_handles_empty_bad_and_long_inputs(eos_prone):
+    text = tf.constant([b"", b"   ", b"Fonts", b"bad \xff\xfe bytes", " ".join(["word"] * 5000).encode()])
+    out = eos_prone.translate(text)
+    assert out["translation"].shape == [5] and out["score"].shape == [5]
+    assert list(out["translation"].numpy()[:2]) == [b"", b""]
+    assert list(out["score"].numpy()[:2]) == [0.0, 0.0]
+    assert out["length"].numpy()[4] <= 64 + 50  # truncated to max_source_length
+    nbest = eos_prone.translate_nbest(text)
+    assert nbest["translations"].shape == [5, 2] and nbest["scores"].shape == [5, 2]
+    assert nbest["translations"].numpy()[2, 0] == out["translation"].numpy()[2]
+    empty = eos_prone.translate(tf.constant([], tf.string))
+    assert empty["translation"].shape == [0] and empty["score"].shape == [0]
+    assert eos_prone.translate_nbest(tf.constant([], tf.string))["translations"].shape == [0, 2]
+
+
+def test_compiled_search_gives_the_graph_paths_outputs(tiny_model_dir, eos_prone, sources):
+    """jit_compile pads batch and source to compiled shapes: outputs must not change."""
+    compiled = _translator(tiny_model_dir, eos_scale=4.0, beam_size=4, nbest=2, jit_compile=True)
+    one = sources[3:4, :_source_lengths(sources[3:4])[0]]  # unpadded: 41 tokens -> 48
+    for batch, extra in ((sources, 50), (sources[:3], 9), (one, 50)):  # batch 8, 3 -> 4, 1
+        graph = eos_prone.translate_ids(tf.constant(batch), extra_length=extra)
+        xla = compiled.translate_ids(tf.constant(batch), extra_length=extra)
+        assert xla["ids"].shape == graph["ids"].shape
+        np.testing.assert_array_equal(xla["ids"].numpy(), graph["ids"].numpy())
+        np.testing.assert_array_equal(xla["lengths"].numpy(), graph["lengths"].numpy())
+        np.testing.assert_allclose(xla["scores"].numpy(), graph["scores"].numpy(), rtol=1e-4)
+    # Random weights run to the limit: past FIRST_CACHE_LENGTH, onto the grown cache.
+    long_graph = _translator(tiny_model_dir, beam_size=2).translate_ids(tf.constant(sources))
+    long_xla = _translator(tiny_model_dir, beam_size=2, jit_compile=True).translate_ids(
+        tf.constant(sources))
+    assert long_graph["lengths"].numpy().max() > FIRST_CACHE_LENGTH
+    np.testing.assert_array_equal(long_xla["ids"].numpy(), long_graph["ids"].numpy())
+    text = tf.constant(SENTENCES[:3] + [""])
+    np.testing.assert_array_equal(compiled.translate(text)["translation"].numpy(),
+                                  eos_prone.translate(text)["translation"].numpy())
+    assert compiled.translate(tf.constant([], tf.string))["translation"].shape == [0]
+
+
+def test_text_path_equals_ids_path(eos_prone, sources):
+    ids = eos_prone.translate_ids(tf.constant(sources))
+    text = eos_prone.translate_nbest(tf.constant(SENTENCES))
+    expected = eos_prone.tokenizer.detokenize(tf.reshape(ids["ids"], [len(SENTENCES) * 2, -1]))
+    np.testing.assert_array_equal(text["translations"].numpy().reshape(-1), expected.numpy())
+    np.testing.assert_allclose(text["scores"].numpy(), ids["scores"].numpy(), rtol=1e-6)
+    sorted_batches = translate_sentences(eos_prone, SENTENCES, batch_size=3, nbest=True)
+    assert [r.texts for r in sorted_batches] == [
+        [t.decode() for t in row] for row in text["translations"].numpy()]
+
+
+def test_from_model_dir_and_dev_bleu(tiny_model_dir):
+    translator = Translator.from_model_dir(tiny_model_dir, decode_config=DecodeConfig(beam_size=1))
+    reference = _translator(tiny_model_dir, beam_size=1)
+    text = tf.constant(SENTENCES[:2])
+    np.testing.assert_array_equal(translator.translate(text)["translation"].numpy(),
+                                  reference.translate(text)["translation"].numpy())
+    config = Config.load(tiny_model_dir)
+    config = config.replace(decode=DecodeConfig(beam_size=1, extra_length=5))
+    evaluate = evaluation.combine(
+        lambda model: {"dev_loss": 1.0},
+        evaluation.dev_bleu_fn(Corpus(SENTENCES[:3], SENTENCES[:3]), translator.tokenizer,
+                               config, max_sentences=2))
+    metrics = evaluate(translator.model)
+    assert set(metrics) == {"dev_loss", "dev_bleu"} and 0.0 <= metrics["dev_bleu"] <= 100.0
+
+
+def test_corpus_scores_and_compound_splitting():
+    # As perl's s{(\S)-(\S)}{$1 ##AT##-##AT## $2}g: matches do not overlap.
+    assert evaluation.split_compounds("Drag-and-Drop, a-b-c x - y") == (
+        "Drag ##AT##-##AT## and ##AT##-##AT## Drop, a ##AT##-##AT## b-c x - y")
+    scores = evaluation.corpus_scores(["Das ist ein Drag-and-Drop-Test ."],
+                                      ["Das ist ein Drag-and-Drop-Test ."])
+    assert scores["bleu"] == pytest.approx(100.0) and scores["chrf"] == pytest.approx(100.0)
+    assert scores["tok_bleu"] == pytest.approx(100.0)
+    assert "tok:13a" in scores["bleu_signature"]
+    worse = evaluation.corpus_scores(["Das ist ein Drag-and-Test"], ["Das ist ein Drag-and-Drop-Test ."])
+    # Split compounds give partial credit where sacreBLEU sees one wrong token.
+    assert worse["tok_bleu"] > worse["bleu"]
+
+
+def test_attention_maps_record_the_forward_pass(eos_prone, sources):
+    model = eos_prone.model
+    source = tf.constant(sources[:2, :12])  # row 0 is padded, row 1 is cut (no EOS: fine here)
+    target_in = tf.constant([[2, 40, 41, 42], [2, 50, 51, 0]], tf.int32)
+    maps = attention_plot.attention_maps(model, source, target_in)
+    assert maps["encoder_self"].shape == (2, 2, 4, 12, 12)
+    assert maps["decoder_self"].shape == (2, 2, 4, 4, 4)
+    assert maps["decoder_cross"].shape == (2, 2, 4, 4, 12)
+    for weights in maps.values():
+        np.testing.assert_allclose(weights.sum(-1), 1.0, atol=1e-5)
+    padded = sources[0, :12] == PAD_ID
+    assert padded.any() and (maps["decoder_cross"][:, 0][..., padded] < 1e-6).all()
+    assert np.triu(maps["decoder_self"][0, 0, 0], k=1).max() < 1e-6  # causal
+    assert "attention_weights" not in model.decoder.layers[0].cross_attention.__dict__
+
+
+def test_split_lines_never_fails():
+    assert split_lines(b"") == ([], [])
+    assert split_lines(b"a\n\nb\r\n") == (["a", "", "b"], [])
+    assert split_lines(b"a\nb") == (["a", "b"], [])
+    lines, replaced = split_lines(b"ok \xef\xbf\xbd\nbad \xff\n\xc3\n")  # a real U+FFFD first
+    assert lines == ["ok \ufffd", "bad \ufffd", "\ufffd"] and replaced == [1, 2]

@@ -1,0 +1,142 @@
+"""Input pipeline: token budget, exactly-once epochs, padding, shapes, seeds."""
+
+import collections
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tf_transformer.config import BOS_ID, EOS_ID, PAD_ID, DataConfig
+from tf_transformer.inputs import corpus, pipeline
+
+BUDGET = 4096
+CONFIG = DataConfig(tokens_per_batch=BUDGET, deterministic=True)
+BOUNDARIES = pipeline.bucket_boundaries(CONFIG.max_length, CONFIG.min_bucket,
+                                              CONFIG.bucket_step, CONFIG.bucket_multiple)
+
+
+def subset(full, n, start=0):
+    return corpus.Corpus(full.sources[start:start + n], full.targets[start:start + n],
+                         name=f"subset{n}")
+
+
+def rows(ids: np.ndarray) -> list[tuple]:
+    return [tuple(row[row != PAD_ID]) for row in ids]
+
+
+@pytest.fixture(scope="module")
+def epoch(embedded_corpus, tokenizer_8k):
+    """One bucketed training epoch over the embedded corpus, as numpy batches."""
+    dataset = pipeline.make_dataset(embedded_corpus, tokenizer_8k, CONFIG, training=True,
+                                          repeat=False, count_skipped=False)
+    return list(dataset.as_numpy_iterator())
+
+
+def test_bucket_boundaries():
+    assert BOUNDARIES[-1] == CONFIG.max_length and BOUNDARIES == sorted(set(BOUNDARIES))
+    assert all(b % CONFIG.bucket_multiple == 0 for b in BOUNDARIES) and len(BOUNDARIES) <= 32
+    assert pipeline.bucket_boundaries(100, 8, 1.3, 8) == [8, 16, 24, 32, 40, 56, 72, 88, 100]
+
+
+def test_no_batch_exceeds_budget_and_shapes_are_bounded(epoch):
+    for batch in epoch:
+        (size, length), = {batch[k].shape for k in pipeline.KEYS}
+        assert size * length <= BUDGET and length in BOUNDARIES
+        assert size == BUDGET // length or size < BUDGET // length  # last, partial batches
+    full = {b["source"].shape for b in epoch
+            if b["source"].shape[0] == BUDGET // b["source"].shape[1]}
+    assert len(full) <= len(BOUNDARIES)
+
+
+def test_every_valid_example_once_with_eos_and_bos(epoch, embedded_corpus, tokenizer_8k):
+    seen = collections.Counter()
+    for batch in epoch:
+        for source, target_in, target_out in zip(*(rows(batch[k]) for k in pipeline.KEYS)):
+            assert source[-1] == EOS_ID and target_out[-1] == EOS_ID and target_in[0] == BOS_ID
+            assert target_in[1:] == target_out[:-1]
+            seen[source[:-1], target_out[:-1]] += 1
+    expected = collections.Counter(zip(
+        map(tuple, tokenizer_8k.tokenize(tf.constant(embedded_corpus.sources)).to_list()),
+        map(tuple, tokenizer_8k.tokenize(tf.constant(embedded_corpus.targets)).to_list())))
+    assert seen == expected  # max_length=256 keeps every pair of this corpus
+
+
+def test_padding_efficiency(epoch, embedded_corpus, tokenizer_8k):
+    nonpad = sum(np.count_nonzero(b["source"]) + np.count_nonzero(b["target_out"]) for b in epoch)
+    positions = sum(b["source"].size + b["target_out"].size for b in epoch)
+    bucketed = nonpad / positions
+    longest = max(max(len(r) for r in rows(b["source"]) + rows(b["target_in"])) for b in epoch)
+    plain = pipeline.epoch_stats(pipeline.make_plain_dataset(
+        embedded_corpus, tokenizer_8k, CONFIG, batch_size=BUDGET // longest))
+    assert plain["examples"] == len(embedded_corpus) and plain["max_batch_tokens"] <= BUDGET
+    assert bucketed >= 0.85 and bucketed > plain["padding_efficiency"] + 0.3
+
+
+def test_over_length_pairs_are_filtered_and_counted(embedded_corpus, small_tokenizer):
+    pairs = subset(embedded_corpus, 1500)
+    config = DataConfig(max_length=24, tokens_per_batch=512, deterministic=True)
+    stats = pipeline.epoch_stats(pipeline.make_dataset(
+        pairs, small_tokenizer, config, training=True, repeat=False))
+    skipped = pipeline.count_over_length(pairs, small_tokenizer, 24)
+    assert 0 < skipped < len(pairs) and stats["examples"] == len(pairs) - skipped
+    assert stats["max_batch_tokens"] <= 512
+
+
+def test_seed_makes_order_reproducible(embedded_corpus, small_tokenizer):
+    pairs = subset(embedded_corpus, 2000)
+
+    def first_batches(seed):
+        config = DataConfig(tokens_per_batch=1024, seed=seed, deterministic=True)
+        dataset = pipeline.make_dataset(pairs, small_tokenizer, config, training=True,
+                                              count_skipped=False)
+        return [b["source"] for b in dataset.take(30).as_numpy_iterator()]
+
+    first, again, other = first_batches(1), first_batches(1), first_batches(2)
+    assert all(np.array_equal(a, b) for a, b in zip(first, again))
+    assert not all(a.shape == b.shape and np.array_equal(a, b) for a, b in zip(first, other))
+    for batch in first:  # repeated (training) batches are always full: one shape per bucket
+        assert batch.shape[0] == 1024 // batch.shape[1]
+
+
+def test_evaluation_keeps_every_pair_in_recoverable_order(embedded_corpus, small_tokenizer):
+    pairs = subset(embedded_corpus, 800)
+    config = DataConfig(max_length=24, tokens_per_batch=512)
+    batches = list(pipeline.make_dataset(pairs, small_tokenizer, config,
+                                               training=False).as_numpy_iterator())
+    index = np.concatenate([b["index"] for b in batches])
+    assert sorted(index) == list(range(len(pairs)))
+    assert all(b["source"].shape[1] <= 24 and b["source"].size <= 512 for b in batches)
+    first = next(b for b in batches if 0 in b["index"])
+    row = first["source"][list(first["index"]).index(0)]
+    expected = small_tokenizer.tokenize(tf.constant(pairs.sources[:1]))[0].numpy()[:23]
+    assert list(row[row != PAD_ID]) == list(expected) + [EOS_ID]
+
+
+def test_dataset_fn_shards_by_input_pipeline(embedded_corpus, small_tokenizer):
+    pairs = subset(embedded_corpus, 600)
+    config = DataConfig(tokens_per_batch=512, deterministic=True)
+    fn = pipeline.dataset_fn(pairs, small_tokenizer, config, training=False)
+    shards = []
+    for pipeline_id in range(2):
+        context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=pipeline_id,
+                                             num_replicas_in_sync=2)
+        shards.append({i for b in fn(context).as_numpy_iterator() for i in b["index"]})
+    assert not shards[0] & shards[1] and shards[0] | shards[1] == set(range(len(pairs)))
+
+
+def test_distributed_batches_per_replica(embedded_corpus, small_tokenizer):
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    config = DataConfig(tokens_per_batch=512, deterministic=True)
+    fn = pipeline.dataset_fn(subset(embedded_corpus, 300), small_tokenizer, config,
+                                   training=True)
+    batch = next(iter(strategy.distribute_datasets_from_function(fn)))
+    for source in strategy.experimental_local_results(batch["source"]):
+        assert source.shape[0] * source.shape[1] <= 512
+
+
+def test_tokens_per_second(embedded_corpus, small_tokenizer):
+    dataset = pipeline.make_dataset(subset(embedded_corpus, 500), small_tokenizer,
+                                          DataConfig(tokens_per_batch=512), training=True,
+                                          repeat=False, count_skipped=False)
+    figures = pipeline.tokens_per_second(dataset)
+    assert figures["tokens_per_second"] > 0 and figures["batches"] > 0

@@ -1,0 +1,168 @@
+"""The training binary end to end: progress lines, SIGTERM, kill -9, multi-worker, refusals.
+
+Each test runs `python -m tf_transformer.train` in a subprocess on a few
+hundred embedded pairs with a 1+1-layer d_model 32 model.
+"""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+import tensorflow as tf
+from conftest import EMBEDDED_CORPUS_DIR, REPO_ROOT
+
+pytestmark = pytest.mark.slow
+
+MODEL_FLAGS = ["--preset=tiny", "--num_layers=1", "--d_model=32", "--d_ff=64", "--num_heads=2",
+               "--tokens_per_batch=512", "--max_length=64", "--warmup_steps=50",
+               "--checkpoint_minutes=100", "--log_every=1"]
+
+
+@pytest.fixture(scope="module")
+def train_tsv(tmp_path_factory):
+    path = tmp_path_factory.mktemp("data") / "train.tsv"
+    with open(os.path.join(EMBEDDED_CORPUS_DIR, "train.tsv"), encoding="utf-8") as f:
+        lines = [next(f) for _ in range(300)]
+    path.write_text("".join(lines), encoding="utf-8")
+    return str(path)
+
+
+def _command(train_tsv, spm_model_path, model_dir, *extra):
+    return [sys.executable, "-m", "tf_transformer.train", f"--train_data={train_tsv}",
+            f"--vocab={spm_model_path}", f"--model_dir={model_dir}", *MODEL_FLAGS, *extra]
+
+
+def _env(**extra):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1", **extra)
+    env.pop("TF_CONFIG", None)
+    return {**env, **extra}
+
+
+def _run(command, env=None, timeout=300):
+    return subprocess.run(command, cwd=REPO_ROOT, env=env or _env(), capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def _start(command, env=None):
+    return subprocess.Popen(command, cwd=REPO_ROOT, env=env or _env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+def _wait_for_step(process, step, deadline=240):
+    """Reads progress lines until `step=<n>` with n >= step; returns n."""
+    end = time.time() + deadline
+    for line in process.stdout:
+        if line.startswith("step="):
+            n = int(line.split()[0].split("=")[1])
+            if n >= step:
+                return n
+        assert time.time() < end, "no progress"
+    raise AssertionError(f"process ended (rc={process.wait()}) before step {step}")
+
+
+def test_progress_lines_and_sigterm_checkpoint_then_resume(tmp_path, train_tsv, spm_model_path):
+    model_dir = str(tmp_path / "run")
+    process = _start(_command(train_tsv, spm_model_path, model_dir, "--max_steps=100000"))
+    _wait_for_step(process, 3)
+    process.send_signal(signal.SIGTERM)
+    output = process.communicate(timeout=120)[0]
+    assert process.returncode == 0, output
+    assert "stopped_by=signal" in output
+    stopped = int(tf.train.latest_checkpoint(model_dir).rsplit("-", 1)[1])
+    assert stopped >= 3
+    resumed = _run(_command(train_tsv, spm_model_path, model_dir, f"--max_steps={stopped + 2}"))
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    lines = [l for l in resumed.stdout.splitlines() if l.startswith("step=")]
+    assert lines[0].startswith(f"step={stopped + 1} ")
+    for key in ("step=", "loss=", "lr=", "tokens_per_sec=", "ms_per_step="):
+        assert key in lines[0]
+    assert tf.train.latest_checkpoint(model_dir).endswith(f"ckpt-{stopped + 2}")
+    assert os.listdir(os.path.join(model_dir, "train"))  # TensorBoard summaries
+
+
+def test_kill_9_loses_at_most_one_interval(tmp_path, train_tsv, spm_model_path):
+    model_dir = str(tmp_path / "run")
+    process = _start(_command(train_tsv, spm_model_path, model_dir, "--max_steps=100000",
+                              "--checkpoint_steps=2"))
+    killed_after = _wait_for_step(process, 5)
+    process.kill()
+    process.wait()
+    restored = int(tf.train.latest_checkpoint(model_dir).rsplit("-", 1)[1])
+    assert killed_after - 2 <= restored <= killed_after + 1
+    resumed = _run(_command(train_tsv, spm_model_path, model_dir, f"--max_steps={restored + 1}"))
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"step={restored + 1} " in resumed.stdout
+
+
+def test_dev_evaluation_then_model_dir_of_another_preset_is_refused(
+        tmp_path, train_tsv, spm_model_path):
+    model_dir = str(tmp_path / "run")
+    first = _run(_command(train_tsv, spm_model_path, model_dir, "--max_steps=1",
+                          f"--dev_data={train_tsv}", "--dev_bleu_sentences=3"))
+    assert first.returncode == 0, first.stderr[-3000:]
+    evaluation = [l for l in first.stdout.splitlines() if l.startswith("eval step=1 ")]
+    assert evaluation and "dev_loss=" in evaluation[0] and "dev_bleu=" in evaluation[0]
+    other = _run(_command(train_tsv, spm_model_path, model_dir, "--max_steps=2", "--d_model=64"))
+    assert other.returncode != 0
+    assert "different architecture" in other.stderr
+
+
+def _free_ports(n):
+    sockets = [socket.socket() for _ in range(n)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+def test_multi_worker_trains_and_workers_agree(tmp_path, train_tsv, spm_model_path):
+    ports = _free_ports(2)
+    cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
+    model_dir = str(tmp_path / "run")
+    processes = []
+    for task in range(2):
+        env = _env(TF_CONFIG=json.dumps({"cluster": cluster,
+                                         "task": {"type": "worker", "index": task}}))
+        processes.append(_start(_command(train_tsv, spm_model_path, model_dir, "--max_steps=3",
+                                         "--strategy=multi_worker", "--deterministic"), env))
+    outputs = [p.communicate(timeout=300)[0] for p in processes]
+    for p, out in zip(processes, outputs):
+        assert p.returncode == 0, out[-3000:]
+    losses = [[l.split()[1] for l in out.splitlines() if l.startswith("step=")] for out in outputs]
+    assert len(losses[0]) == 3 and losses[0] == losses[1]  # all-reduced: the same on both
+    assert "with 2 replicas" in outputs[0]
+    assert tf.train.latest_checkpoint(model_dir).endswith("ckpt-3")
+    assert not [d for d in os.listdir(model_dir) if d.startswith(".worker_")]
+
+
+@pytest.mark.parametrize("recipe, expected", [
+    ("wmt14_en_de_base", {"d_model": 512, "max_steps": 100000, "dropout": 0.1, "average_last": 5}),
+    ("wmt14_en_de_big", {"d_model": 1024, "max_steps": 300000, "dropout": 0.3, "average_last": 20}),
+    ("wmt14_en_fr_big", {"d_model": 1024, "max_steps": 300000, "dropout": 0.1, "average_last": 20}),
+])
+def test_recipe_flag_files_hold_the_papers_numbers(recipe, expected):
+    script = (
+        "import json, sys\n"
+        "from tf_transformer import train, flags as f\n"
+        "train.FLAGS(sys.argv)\n"
+        "c = f.config_from_flags(train.FLAGS.vocab_size)\n"
+        "print(json.dumps({'d_model': c.model.d_model, 'max_steps': c.train.max_steps,"
+        " 'dropout': c.model.dropout, 'average_last': c.train.average_last,"
+        " 'ls': c.train.label_smoothing, 'warmup': c.train.warmup_steps,"
+        " 'tokens': c.data.tokens_per_batch, 'vocab': c.model.vocab_size}))\n")
+    flagfile = os.path.join(REPO_ROOT, "tf_transformer", "recipes", recipe + ".flags")
+    result = subprocess.run([sys.executable, "-c", script, f"--flagfile={flagfile}",
+                             "--model_dir=x"], cwd=REPO_ROOT, capture_output=True, text=True,
+                            env=_env())
+    assert result.returncode == 0, result.stderr[-2000:]
+    got = json.loads(result.stdout.strip().splitlines()[-1])
+    assert {k: got[k] for k in expected} == expected
+    assert (got["ls"], got["warmup"], got["tokens"] * 8) == (0.1, 4000, 25000)
+    assert got["vocab"] == (32000 if "en_fr" in recipe else 37000)

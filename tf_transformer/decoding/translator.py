@@ -1,0 +1,296 @@
+"""The one strings-to-strings translation path (section 6.1 decoding).
+
+`Translator` is a `tf.Module` holding the Keras model, the `Tokenizer` and the
+decoding settings. Its `tf.function` methods, each with an input signature,
+tokenize, beam-search and detokenize inside the graph, so evaluation, the
+translate binary and the exported SavedModel run the same graph (the export
+saves this module; loading it needs only tensorflow and tensorflow_text).
+
+Source side: the tokenized text is cut to `max_source_length - 1` tokens and
+EOS is appended, as in training (`inputs/pipeline.py`: source = x + [EOS]), so a
+source never exceeds `config.data.max_length`, the longest source the model
+was trained on. Invalid UTF-8 needs no sanitising: the SentencePiece op maps
+each invalid byte run to <unk> (see tokenizer.py). An input with no tokens
+(empty or whitespace only) translates to "" with score 0.
+
+Target side: at most `source_length + extra_length` tokens, EOS included
+(source_length counts the source's tokens, EOS included), capped at the model's
+`max_positions` so decoding positions stay inside a learned position table.
+
+`beam_size` (shapes depend on it) and `nbest` are fixed at construction; `alpha`
+and `extra_length` may be overridden per call: a negative value, the default,
+means the configured one. A beam of 1 is greedy decoding on the same path.
+
+With `decode_config.jit_compile` the search runs as one XLA computation (the
+tokenizer ops stay outside it). XLA compiles per input shape, so the batch is
+padded to a power of two (repeating its last row, whose copies finish with it)
+and the source to a multiple of LENGTH_BUCKET, and each new (batch, length,
+extra_length) compiles once per process. The cache has a fixed shape: the first
+FIRST_CACHE_LENGTH steps run on a cache of that length, later steps (if any
+sentence is still going) on one padded to the full padded source length +
+extra_length. Outputs are the graph path's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+from typing import Sequence
+
+import numpy as np
+import tensorflow as tf
+from absl import logging
+
+from tf_transformer.config import EOS_ID, PAD_ID, DecodeConfig
+from tf_transformer.decoding import signatures
+from tf_transformer.decoding.beam_search import BeamSearchResult, beam_search
+from tf_transformer.inputs.tokenizer import Tokenizer
+from tf_transformer.model.transformer import FIXED_CACHE_KEYS, Transformer
+from tf_transformer.training import checkpoints
+
+LENGTH_BUCKET = 16  # XLA: sources padded to a multiple of this many tokens
+FIRST_CACHE_LENGTH = 32  # XLA: steps on a short cache before it is padded to full length
+
+
+class Translator(tf.Module):
+    """Beam-search translation of a batch, strings to strings, in the graph.
+
+    Args:
+      model: a built Transformer (inference only: no dropout is applied).
+      tokenizer: the model's shared vocabulary.
+      decode_config: beam_size and nbest (fixed), alpha and extra_length (defaults).
+      max_source_length: source tokens the model accepts, EOS included
+        (config.data.max_length); capped at model.max_positions.
+    """
+
+    def __init__(self, model: Transformer, tokenizer: Tokenizer, decode_config: DecodeConfig,
+                 max_source_length: int, name: str | None = None):
+        super().__init__(name=name)
+        if max_source_length < 2:
+            raise ValueError("max_source_length must leave room for one token and EOS")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.beam_size = int(decode_config.beam_size)
+        self.nbest = int(decode_config.nbest)
+        self.alpha = float(decode_config.alpha)
+        self.extra_length = int(decode_config.extra_length)
+        self.max_source_length = int(min(max_source_length, model.max_positions))
+        self.max_target_length = int(model.max_positions)
+        self.jit_compile = bool(decode_config.jit_compile)
+        self._compiled = _CompiledSearches(self)
+
+    @classmethod
+    def from_model_dir(cls, model_dir: str, checkpoint: str | None = None,
+                       decode_config: DecodeConfig | None = None,
+                       average_last: int = 0) -> "Translator":
+        """The Translator of `model_dir` (checkpoints.load_model picks the weights).
+
+        `decode_config` defaults to the one in config.json; the checkpoints the
+        weights come from are kept in `checkpoint_paths`.
+        """
+        config, model, paths = checkpoints.load_model(model_dir, checkpoint, average_last)
+        logging.info("restored %s", ", ".join(paths))
+        tokenizer = Tokenizer(os.path.join(model_dir, checkpoints.VOCAB_FILE))
+        translator = cls(model, tokenizer, decode_config or config.decode, config.data.max_length)
+        translator.checkpoint_paths = tuple(paths)
+        return translator
+
+    # -- graph methods (exported) -----------------------------------------
+    @tf.function(input_signature=[signatures.TEXT])
+    def source_ids(self, text: tf.Tensor) -> tf.Tensor:
+        """[B] strings -> int32 [B, S]: tokens cut to max_source_length - 1, EOS, PAD after."""
+        return self._source_ids(self.tokenizer.tokenize(text))
+
+    @tf.function(input_signature=[signatures.IDS, signatures.ALPHA, signatures.EXTRA])
+    def translate_ids(self, source_ids: tf.Tensor, alpha=-1.0, extra_length=-1) -> dict:
+        """source_ids int32 [B, S <= max_source_length] (rows end with EOS, PAD after) ->
+        {"ids": int32 [B, nbest, T] (EOS kept, PAD after), "scores": float32 [B, nbest],
+         "lengths": int32 [B, nbest] (tokens, EOS included)}."""
+        result = self.search(source_ids, self._alpha(alpha), self._extra(extra_length), self.nbest)
+        return {"ids": result.ids, "scores": result.scores, "lengths": result.lengths}
+
+    @tf.function(input_signature=[signatures.TEXT, signatures.ALPHA, signatures.EXTRA])
+    def translate(self, text: tf.Tensor, alpha=-1.0, extra_length=-1) -> dict:
+        """[B] strings -> {"translation": [B] string, "score": float32 [B],
+        "length": int32 [B] (target tokens, EOS included)}: the best hypothesis."""
+        strings, scores, lengths = self._translate_text(text, alpha, extra_length, nbest=1)
+        return {"translation": strings[:, 0], "score": scores[:, 0], "length": lengths[:, 0]}
+
+    @tf.function(input_signature=[signatures.TEXT, signatures.ALPHA, signatures.EXTRA])
+    def translate_nbest(self, text: tf.Tensor, alpha=-1.0, extra_length=-1) -> dict:
+        """[B] strings -> {"translations": [B, nbest] string, "scores": float32 [B, nbest],
+        "lengths": int32 [B, nbest]}, best first."""
+        strings, scores, lengths = self._translate_text(text, alpha, extra_length, self.nbest)
+        return {"translations": strings, "scores": scores, "lengths": lengths}
+
+    # -- the shared path ---------------------------------------------------
+    def search(self, source_ids: tf.Tensor, alpha, extra_length, nbest: int,
+               max_decode_length: int | None = None) -> BeamSearchResult:
+        """Beam search over the model's incremental decoder (callable in any graph).
+
+        `max_decode_length` (static) sizes the cache and the ids buffer instead
+        of the batch's longest maximum; set it under XLA (see beam_search).
+        Without it, a jit_compile translator pads and runs the compiled search.
+        """
+        if self.jit_compile and max_decode_length is None:
+            return self._search_compiled(source_ids, alpha, extra_length, nbest)
+        source_ids = tf.convert_to_tensor(source_ids, tf.int32)
+        max_lengths = self._max_lengths(source_ids, extra_length)
+        memory = self.model.encode(source_ids, training=False)
+        if max_decode_length is None:  # graph mode: a cache as long as the output so far
+            cache_length = None
+            cache = self.model.initial_cache(memory, source_ids)
+            decode_step = functools.partial(self.model.decode_step, growing=True)
+        else:  # XLA: fixed shapes, a short cache first (most outputs stop early)
+            cache_length = tf.minimum(max_decode_length, self.max_target_length)
+            first = tf.minimum(FIRST_CACHE_LENGTH, cache_length)
+            cache = self.model.initial_cache(memory, source_ids, first)
+            decode_step = self.model.decode_step
+            grow = (FIRST_CACHE_LENGTH,
+                    functools.partial(self.model.grow_cache, max_length=cache_length))
+        return beam_search(
+            decode_step, cache, vocab_size=self.model.vocab_size,
+            beam_size=self.beam_size, alpha=alpha, max_lengths=max_lengths, nbest=nbest,
+            fixed_cache_keys=FIXED_CACHE_KEYS,
+            max_decode_length=None if max_decode_length is None else cache_length,
+            grow_cache=None if max_decode_length is None else grow)
+
+    def _search_compiled(self, source_ids, alpha, extra_length, nbest: int) -> BeamSearchResult:
+        """The XLA search on the batch padded to a compiled shape, cut back to it."""
+        source_ids = tf.convert_to_tensor(source_ids, tf.int32)
+        batch, length = tf.shape(source_ids)[0], tf.shape(source_ids)[1]
+        padded_length = -(-length // LENGTH_BUCKET) * LENGTH_BUCKET
+        padded_length = tf.maximum(tf.minimum(padded_length, self.max_source_length),
+                                   tf.maximum(length, 1))
+        powers = 2 ** tf.range(31)
+        padded_batch = tf.reduce_min(tf.boolean_mask(powers, powers >= batch))
+        padded = tf.pad(source_ids, [[0, 0], [0, padded_length - length]],
+                        constant_values=PAD_ID)
+        # Filler rows repeat the last sentence (or, for an empty batch, are empty).
+        empty_row = tf.one_hot(0, padded_length, on_value=EOS_ID, off_value=PAD_ID,
+                               dtype=tf.int32)
+        rows = tf.range(padded_batch)
+        rows = tf.where(rows < batch, rows, tf.maximum(batch - 1, 0))
+        padded = tf.gather(tf.concat([padded, empty_row[tf.newaxis]], 0), rows)
+        ids, scores, lengths = self._compiled.get(nbest)(padded, alpha, extra_length)
+        # The graph path's ids width: the batch's longest allowed output.
+        width = tf.maximum(tf.reduce_max(self._max_lengths(source_ids, extra_length)), 1)
+        return BeamSearchResult(ids[:batch, :, :width], scores[:batch], lengths[:batch])
+
+    def _max_lengths(self, source_ids, extra_length) -> tf.Tensor:
+        """int32 [batch]: each source's token count + extra_length, capped (module docstring)."""
+        source_lengths = tf.reduce_sum(tf.cast(source_ids != PAD_ID, tf.int32), axis=1)
+        return tf.minimum(source_lengths + extra_length, self.max_target_length)
+
+    def _alpha(self, alpha):
+        alpha = tf.cast(alpha, tf.float32)
+        return tf.where(alpha < 0.0, tf.constant(self.alpha, tf.float32), alpha)
+
+    def _extra(self, extra_length):
+        extra_length = tf.cast(extra_length, tf.int32)
+        return tf.where(extra_length < 0, self.extra_length, extra_length)
+
+    def _source_ids(self, tokens: tf.RaggedTensor) -> tf.Tensor:
+        tokens = tokens[:, :self.max_source_length - 1]
+        eos = tf.fill(tf.stack([tokens.nrows(), 1]), tf.constant(EOS_ID, tokens.dtype))
+        return tf.concat([tokens, eos], axis=1).to_tensor(default_value=PAD_ID)
+
+    def _translate_text(self, text, alpha, extra_length, nbest):
+        tokens = self.tokenizer.tokenize(text)
+        empty = tokens.row_lengths() == 0
+        result = self.search(self._source_ids(tokens), self._alpha(alpha),
+                             self._extra(extra_length), nbest)
+        batch = tf.shape(result.ids)[0]
+        flat = tf.reshape(result.ids, tf.stack([batch * nbest, -1]))
+        strings = tf.reshape(self.tokenizer.detokenize(flat), tf.stack([batch, nbest]))
+        empty = empty[:, tf.newaxis]
+        return (tf.where(empty, "", strings), tf.where(empty, 0.0, result.scores),
+                tf.where(empty, 0, result.lengths))
+
+
+class _CompiledSearches:
+    """The jit-compiled search per nbest, built on first use. A plain object,
+    so SavedModel tracking ignores it (the functions are saved where called)."""
+
+    def __init__(self, translator: Translator):
+        self._translator = translator
+        self._functions = {}
+
+    def get(self, nbest: int):
+        if nbest not in self._functions:
+            translator = self._translator
+
+            def compiled_search(source_ids, alpha, extra_length):
+                # Shapes from the input shape and extra_length: XLA compile-time constants.
+                width = tf.shape(source_ids)[1] + extra_length
+                result = translator.search(source_ids, alpha, extra_length, nbest,
+                                           max_decode_length=width)
+                return result.ids, result.scores, result.lengths
+
+            self._functions[nbest] = tf.function(compiled_search, jit_compile=True)
+        return self._functions[nbest]
+
+
+@dataclasses.dataclass
+class Translation:
+    """One input sentence's hypotheses, best first."""
+
+    texts: list[str]
+    scores: list[float]
+    lengths: list[int]  # target tokens, EOS included
+    source_tokens: int  # before truncation, EOS not included
+
+
+def translate_sentences(translator: Translator, sentences: Sequence[str],
+                        batch_size: int = 32, nbest: bool = False) -> list[Translation]:
+    """Translates a list of sentences in batches sorted by length; results in input order.
+
+    Sorting by token count keeps each batch's padding and its slowest
+    sentence close to the rest (beam search runs until its batch's last
+    sentence is done). With `nbest`, each result holds translator.nbest hypotheses.
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    source_tokens = np.zeros([len(sentences)], np.int64)
+    for start in range(0, len(sentences), 1024):  # bounded memory for big inputs
+        chunk = tf.constant(list(sentences[start:start + 1024]), tf.string)
+        source_tokens[start:start + len(chunk)] = translator.tokenizer.tokenize(chunk).row_lengths()
+    order = np.argsort(source_tokens, kind="stable")
+    results: list[Translation | None] = [None] * len(sentences)
+    for start in range(0, len(order), batch_size):
+        index = order[start:start + batch_size]
+        text = tf.constant([sentences[i] for i in index], tf.string)
+        if nbest:
+            out = translator.translate_nbest(text)
+            texts, scores, lengths = out["translations"], out["scores"], out["lengths"]
+        else:
+            out = translator.translate(text)
+            texts, scores, lengths = (out["translation"][:, None], out["score"][:, None],
+                                      out["length"][:, None])
+        texts, scores, lengths = texts.numpy(), scores.numpy(), lengths.numpy()
+        for row, i in enumerate(index):
+            results[i] = Translation(
+                texts=[t.decode("utf-8", errors="replace") for t in texts[row]],
+                scores=[float(s) for s in scores[row]], lengths=[int(n) for n in lengths[row]],
+                source_tokens=int(source_tokens[i]))
+    return results
+
+
+def split_lines(data: bytes) -> tuple[list[str], list[int]]:
+    """Raw text -> (lines, numbers of the lines with invalid UTF-8), never failing.
+
+    Splits on "\\n" only (as `wc -l` counts), drops one trailing "\\r" per line,
+    and decodes with errors="replace" (U+FFFD for each invalid byte sequence).
+    """
+    raw = data.split(b"\n")
+    if raw[-1] == b"":  # the final line ending
+        raw.pop()
+    lines, replaced = [], []
+    for n, line in enumerate(raw):
+        line = line[:-1] if line.endswith(b"\r") else line
+        text = line.decode("utf-8", errors="replace")
+        if text.count("\ufffd") != line.count("\ufffd".encode()):
+            replaced.append(n)
+        lines.append(text)
+    return lines, replaced

@@ -1,0 +1,1 @@
+"""Exports of a model directory: a TF Serving SavedModel and CTranslate2's format."""

@@ -1,0 +1,212 @@
+"""Export of the Translator as a TF Serving SavedModel (`python -m export`).
+
+Layout: EXPORT_DIR/<version>/ with saved_model.pb, variables/, assets/
+(vocab.model, export_metadata.json) and assets.extra/tf_serving_warmup_requests
+(warmup.py). Versions (versions.py) are integers, never reused, renamed into
+place when complete, so a server never sees half an export.
+
+The graph is the Translator's (the same tf.functions the translate binary
+runs), wrapped by `ServingModule` into signatures:
+
+  serving_default  text string [B] -> translation string [B], score float32 [B]
+  translate        text [B], alpha float32 [], extra_length int32 [] (negative:
+                   the baked-in value) -> translation [B], score [B], length int32 [B]
+  translate_nbest  text [B] -> translations string [B, nbest], scores float32
+                   [B, nbest], lengths int32 [B, nbest], best first
+  translate_ids    source_ids int32 [B, S] (tokens, EOS, PAD=0 after) ->
+                   ids int32 [B, nbest, T], scores float32 [B, nbest], lengths int32 [B, nbest]
+  tokenize         text [B] -> source_ids int32 [B, S] (as translate prepares them)
+  detokenize       ids int32 [B, T] -> text string [B] (stops at EOS, drops PAD/BOS)
+
+SentencePiece: tensorflow-text's SentencepieceOp takes the serialized model as
+an op *attribute*, so the graph carries its own copy of the vocabulary; the
+same file is also shipped as the asset assets/vocab.model (for clients that
+tokenize themselves, and for operators) and `export_metadata.json` records its
+SHA-256. `embedded_sentencepiece_models` reads the copy out of the graph, so a
+test can check both are the same bytes.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from typing import Sequence
+
+import tensorflow as tf
+from absl import logging
+
+from tf_transformer.config import DecodeConfig
+from tf_transformer.decoding import signatures
+from tf_transformer.decoding.translator import LENGTH_BUCKET, Translator
+from tf_transformer.exporters import versions, warmup
+
+METADATA_FILE = "export_metadata.json"
+
+
+
+def load_translator(model_dir: str, decode: DecodeConfig, checkpoint: str | None = None,
+                    average_last: int = 0) -> tuple[Translator, list[str]]:
+    """The Translator of `model_dir` and the checkpoint paths its weights come from."""
+    translator = Translator.from_model_dir(model_dir, checkpoint, decode, average_last)
+    return translator, list(translator.checkpoint_paths)
+
+
+class _Untracked:
+    """Holds an object without making it part of the SavedModel's object graph."""
+
+    def __init__(self, value):
+        self.value = value
+
+
+class ServingModule(tf.Module):
+    """The exported object: a Translator, its vocabulary and metadata as assets.
+
+    Loaded in Python, `translate(text, alpha=-1., extra_length=-1)`,
+    `translate_nbest(...)` and `translate_ids(...)` keep their optional
+    arguments; the signatures (SIGNATURES) are for TF Serving, which needs
+    every input of a signature in each request.
+
+    Variables: the Keras model is not tracked; its weights' underlying
+    tf.Variables are (`model_variables`), as keras.export.ExportArchive does.
+    Saving a Keras 3 model object directly writes each weight twice in the
+    graph-mode view: the functions read graph copies of the inner tf.Variables
+    that the SavedModel's restore op never fills (only fresh copies made for
+    the Keras wrappers are restored), so a session-based loader (TF Serving,
+    `saved_model_cli run`) failed with "Could not find variable ...qkv_bias".
+    """
+
+    def __init__(self, translator: Translator, vocab_path: str, metadata_path: str):
+        super().__init__(name="serving")
+        self._translator = _Untracked(translator)
+        self.model_variables = [w.value for w in translator.model.weights]
+        self.tokenizer = translator.tokenizer  # its SentencepieceOp resource
+        self.vocab = tf.saved_model.Asset(vocab_path)
+        self.metadata = tf.saved_model.Asset(metadata_path)
+        self.beam_size = tf.constant(translator.beam_size, name="beam_size")
+        self.nbest = tf.constant(translator.nbest, name="nbest")
+        self.alpha = tf.constant(translator.alpha, name="alpha")
+        self.extra_length = tf.constant(translator.extra_length, name="extra_length")
+        self.max_source_length = tf.constant(translator.max_source_length)
+
+    @property
+    def translator(self) -> Translator:
+        return self._translator.value
+
+    @tf.function(input_signature=[signatures.TEXT])
+    def serve(self, text):
+        out = self.translator.translate(text)
+        return {"translation": out["translation"], "score": out["score"]}
+
+    @tf.function(input_signature=[signatures.TEXT, signatures.ALPHA, signatures.EXTRA])
+    def translate(self, text, alpha=-1.0, extra_length=-1):
+        return self.translator.translate(text, alpha, extra_length)
+
+    @tf.function(input_signature=[signatures.TEXT, signatures.ALPHA, signatures.EXTRA])
+    def translate_nbest(self, text, alpha=-1.0, extra_length=-1):
+        return self.translator.translate_nbest(text, alpha, extra_length)
+
+    @tf.function(input_signature=[signatures.IDS, signatures.ALPHA, signatures.EXTRA])
+    def translate_ids(self, source_ids, alpha=-1.0, extra_length=-1):
+        return self.translator.translate_ids(source_ids, alpha, extra_length)
+
+    @tf.function(input_signature=[signatures.TEXT])
+    def tokenize(self, text):
+        return {"source_ids": self.translator.source_ids(text)}
+
+    @tf.function(input_signature=[signatures.OUT_IDS])
+    def detokenize(self, ids):
+        return {"text": self.translator.tokenizer.detokenize(ids)}
+
+    def signatures(self) -> dict:
+        return {
+            "serving_default": self.serve.get_concrete_function(),
+            "translate": self.translate.get_concrete_function(),
+            "translate_nbest": tf.function(
+                lambda text: self.translate_nbest(text),
+                input_signature=[signatures.TEXT]).get_concrete_function(),
+            "translate_ids": tf.function(
+                lambda source_ids: self.translate_ids(source_ids),
+                input_signature=[signatures.IDS]).get_concrete_function(),
+            "tokenize": self.tokenize.get_concrete_function(),
+            "detokenize": self.detokenize.get_concrete_function(),
+        }
+
+
+SIGNATURES = ("serving_default", "translate", "translate_nbest", "translate_ids", "tokenize",
+              "detokenize")
+
+
+def export(translator: Translator, export_dir: str, vocab_path: str, metadata: dict,
+           warmup_sentences: Sequence[str] = (), model_name: str = "transformer") -> str:
+    """Writes the next version of `export_dir` and returns its path.
+
+    `metadata` (config, checkpoints, ...) is completed with the decode
+    settings, signatures and versions and stored as assets/export_metadata.json.
+    """
+    version, tmp = versions.claim_version(export_dir)
+    final = os.path.join(export_dir, str(version))
+    staging = tempfile.mkdtemp(prefix="export-staging-")
+    try:
+        with open(vocab_path, "rb") as f:
+            vocab = f.read()
+        staged_vocab = os.path.join(staging, os.path.basename(vocab_path))
+        with open(staged_vocab, "wb") as f:
+            f.write(vocab)
+        metadata = {
+            **metadata,
+            "version": version,
+            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "decode": {"beam_size": translator.beam_size, "nbest": translator.nbest,
+                       "alpha": translator.alpha, "extra_length": translator.extra_length,
+                       "jit_compile": translator.jit_compile,
+                       "length_bucket": LENGTH_BUCKET if translator.jit_compile else None},
+            "max_source_length": translator.max_source_length,
+            "max_target_length": translator.max_target_length,
+            "vocab_sha256": hashlib.sha256(vocab).hexdigest(),
+            "signatures": list(SIGNATURES),
+            "tensorflow": tf.__version__,
+            "tensorflow_text": _tensorflow_text_version(),
+        }
+        staged_metadata = os.path.join(staging, METADATA_FILE)
+        with open(staged_metadata, "w") as f:
+            json.dump(metadata, f, indent=2, sort_keys=True)
+        module = ServingModule(translator, staged_vocab, staged_metadata)
+        tf.saved_model.save(module, tmp, signatures=module.signatures())
+        if warmup_sentences:
+            warmup.write_warmup_requests(os.path.join(tmp, warmup.WARMUP_FILE), warmup_sentences,
+                                         model_name)
+        os.rename(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    logging.info("exported version %d to %s", version, final)
+    return final
+
+
+def _tensorflow_text_version() -> str:
+    import tensorflow_text
+    return getattr(tensorflow_text, "__version__", "unknown")
+
+
+def embedded_sentencepiece_models(saved_model_dir: str) -> list[bytes]:
+    """The `model` attributes of every SentencepieceOp in the SavedModel's graph."""
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    proto = saved_model_pb2.SavedModel()
+    with open(os.path.join(saved_model_dir, "saved_model.pb"), "rb") as f:
+        proto.ParseFromString(f.read())
+    found = []
+    for meta_graph in proto.meta_graphs:
+        nodes = list(meta_graph.graph_def.node)
+        for function in meta_graph.graph_def.library.function:
+            nodes.extend(function.node_def)
+        found.extend(n.attr["model"].s for n in nodes if n.op == "SentencepieceOp")
+    return found
+
+

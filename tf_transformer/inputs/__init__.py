@@ -1,0 +1,1 @@
+"""Parallel corpora, the shared SentencePiece vocabulary and the bucketed tf.data pipeline."""

@@ -1,0 +1,109 @@
+"""One shared SentencePiece vocabulary, applied inside the TensorFlow graph.
+
+Training uses the `sentencepiece` package (BPE by default, as in section 5.1:
+37000 tokens for WMT EN-DE, 32000 for EN-FR; 8000 suits the small embedded
+corpus). The ids of the special pieces are fixed for every model this project
+trains: <pad>=0 (`config.PAD_ID`), <unk>=1, <s>=2 (BOS), </s>=3 (EOS).
+
+`Tokenizer` wraps `tensorflow_text.SentencepieceTokenizer`, so the same op
+tokenises for training, evaluation and the exported SavedModel (which needs only
+`tensorflow` and `tensorflow_text` to load). Invalid UTF-8 does not break the op:
+each invalid byte becomes <unk>, so no in-graph sanitising is done.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from typing import Iterable
+
+import tensorflow as tf
+import tensorflow_text as tf_text
+
+from tf_transformer.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from tf_transformer.inputs import corpus as corpus_lib
+
+MODEL_TYPES = ("bpe", "unigram")
+MAX_TRAINING_SENTENCES = 4_000_000  # beyond this, an evenly spaced subset is used
+
+
+def train_sentencepiece(texts_or_corpus: Iterable[str] | corpus_lib.Corpus, vocab_size: int,
+                        output_path: str | None = None, model_type: str = "bpe",
+                        character_coverage: float = 0.9995, seed: int = 1,
+                        max_sentences: int = MAX_TRAINING_SENTENCES) -> bytes:
+    """Trains one vocabulary on `texts` (both sides of a `Corpus`).
+
+    Deterministic: one training thread, a fixed generator seed and, for large
+    corpora, an evenly spaced (not random) subset of `max_sentences` lines.
+    Returns the serialized model and writes it to `output_path` if given.
+    """
+    import sentencepiece as spm  # training only; serving needs tensorflow_text
+
+    if model_type not in MODEL_TYPES:
+        raise ValueError(f"model_type must be one of {MODEL_TYPES}, got {model_type!r}")
+    if isinstance(texts_or_corpus, corpus_lib.Corpus):
+        texts = list(texts_or_corpus.texts())
+    else:
+        texts = list(texts_or_corpus)
+    if len(texts) > max_sentences:
+        stride = len(texts) / max_sentences
+        texts = [texts[int(i * stride)] for i in range(max_sentences)]
+    if not texts:
+        raise ValueError("no text to train a vocabulary on")
+    spm.set_random_generator_seed(seed)
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(texts), model_writer=model, vocab_size=vocab_size,
+        model_type=model_type, character_coverage=character_coverage,
+        pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
+        num_threads=1, input_sentence_size=0, shuffle_input_sentence=False,
+        minloglevel=2)
+    proto = model.getvalue()
+    if output_path:
+        directory = os.path.dirname(output_path)
+        if directory:
+            tf.io.gfile.makedirs(directory)
+        with tf.io.gfile.GFile(output_path, "wb") as f:
+            f.write(proto)
+    return proto
+
+
+class Tokenizer(tf.Module):
+    """Strings to ids and back, in the graph; no BOS/EOS are added.
+
+    Args:
+      model: a SentencePiece `.model` path, or the serialized model bytes.
+    """
+
+    def __init__(self, model: str | os.PathLike | bytes, name: str | None = None):
+        super().__init__(name=name)
+        if isinstance(model, (str, os.PathLike)):
+            with tf.io.gfile.GFile(os.fspath(model), "rb") as f:
+                model = f.read()
+        self.model_proto: bytes = model
+        self._sp = tf_text.SentencepieceTokenizer(model=model, out_type=tf.int32)
+        self.vocab_size: int = int(self._sp.vocab_size())
+        pieces = [p.decode() for p in self._sp.id_to_string(tf.range(4)).numpy()]
+        if pieces != ["<pad>", "<unk>", "<s>", "</s>"]:
+            raise ValueError(f"SentencePiece model has special pieces {pieces} at ids 0-3; "
+                             "expected <pad> <unk> <s> </s> (train it with train_sentencepiece)")
+
+    def tokenize(self, strings: tf.Tensor) -> tf.RaggedTensor:
+        """[N] strings -> int32 ragged [N, (tokens)]."""
+        return self._sp.tokenize(strings)
+
+    def detokenize(self, ids: tf.Tensor | tf.RaggedTensor) -> tf.Tensor:
+        """int32 [N, T] (dense or ragged) -> [N] strings.
+
+        Stops at the first EOS and ignores PAD and BOS, so decoder output can be
+        passed as it is.
+        """
+        if isinstance(ids, tf.RaggedTensor):
+            ids = ids.to_tensor(default_value=PAD_ID)
+        ids = tf.cast(ids, tf.int32)
+        before_eos = tf.math.cumsum(tf.cast(ids == EOS_ID, tf.int32), axis=-1) == 0
+        keep = before_eos & (ids != PAD_ID) & (ids != BOS_ID)
+        return self._sp.detokenize(tf.ragged.boolean_mask(ids, keep))
+
+    def id_to_piece(self, ids: tf.Tensor) -> tf.Tensor:
+        return self._sp.id_to_string(ids)

@@ -1,0 +1,43 @@
+"""Position-wise feed-forward network (section 3.3)."""
+
+import keras
+import tensorflow as tf
+
+from tf_transformer.model.layers.linear import linear
+
+
+@keras.saving.register_keras_serializable(package="tf_transformer")
+class FeedForward(keras.layers.Layer):
+    """FFN(x) = max(0, x W1 + b1) W2 + b2, applied to each position alike.
+
+    The paper has no dropout inside the FFN (only on the sub-layer output,
+    which the encoder/decoder layer applies), so none is added here. Weights
+    are our own rather than keras.layers.Dense so that both products run as
+    2-D GEMMs (layers/linear.py).
+    """
+
+    def __init__(self, d_model, d_ff, **kwargs):
+        super().__init__(**kwargs)
+        self.d_model = d_model
+        self.d_ff = d_ff
+
+    def build(self, input_shape=None):
+        glorot = keras.initializers.GlorotUniform
+        self.inner_kernel = self.add_weight(name="inner_kernel", shape=(self.d_model, self.d_ff),
+                                            initializer=glorot())
+        self.inner_bias = self.add_weight(name="inner_bias", shape=(self.d_ff,), initializer="zeros")
+        self.outer_kernel = self.add_weight(name="outer_kernel", shape=(self.d_ff, self.d_model),
+                                            initializer=glorot())
+        self.outer_bias = self.add_weight(name="outer_bias", shape=(self.d_model,),
+                                          initializer="zeros")
+        self.built = True
+
+    def call(self, x):
+        """[batch, length, d_model] -> [batch, length, d_model]."""
+        hidden = tf.nn.relu(linear(x, self.inner_kernel, self.inner_bias))
+        return linear(hidden, self.outer_kernel, self.outer_bias)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(d_model=self.d_model, d_ff=self.d_ff)
+        return config
