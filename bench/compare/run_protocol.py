@@ -37,6 +37,8 @@ SPLITS = ("train", "dev", "test")
 ONMT_VENV = os.path.join(HERE, ".venvs", "opennmt", "bin")
 CT2_VENV = os.path.join(HERE, ".venvs", "ctranslate2", "bin")
 
+from bench.compare.report import plot, report, steady  # noqa: E402
+
 
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -144,7 +146,7 @@ def train_opennmt(args, work, d):
     dev = [(t, float(m.group(1))) for t, l in lines for m in
            [re.search(r"Evaluation result for step \d+: loss = ([\d.]+)", l)] if m]
     return {"base_args": base, "model_dir": model_dir, "peak_rss_mb": rss,
-            "tokens_per_sec": _steady(x[1] for x in steps),
+            "tokens_per_sec": steady(x[1] for x in steps),
             "curve_train": [(t, x) for t, _, x in steps], "curve_dev": dev,
             "counts": "source pieces (no EOS) + target pieces + EOS"}
 
@@ -163,7 +165,7 @@ def train_ours(args, work, d):
     dev = [(t, float(m.group(1))) for t, l in lines for m in
            [re.search(r"^eval step=\d+ dev_loss=([\d.]+)", l)] if m]
     return {"model_dir": model_dir, "peak_rss_mb": rss,
-            "tokens_per_sec": _steady(x[1] for x in steps),
+            "tokens_per_sec": steady(x[1] for x in steps),
             "curve_train": [(t, x) for t, _, x in steps], "curve_dev": dev,
             "counts": "source pieces + EOS + target pieces + EOS"}
 
@@ -171,13 +173,6 @@ def train_ours(args, work, d):
 def _log_every(args) -> int:
     """Steps between throughput/loss lines (the learning curves' points): 25, 10 for smoke runs."""
     return 25 if args.minutes >= 10 else 10
-
-
-def _steady(values):
-    """Median of the logged throughput windows after the first (tracing, warm-up)."""
-    values = list(values)
-    values = values[1:] if len(values) > 1 else values
-    return statistics.median(values) if values else None
 
 
 # -- decoding ----------------------------------------------------------------
@@ -283,65 +278,6 @@ def test_bleu(args, work, d, results):
         with open(hypotheses, encoding="utf-8") as f:
             results["ours"]["test_bleu"] = bleu([line.rstrip("\n") for line in f], refs)
         results["ours"]["test_decode_seconds"] = time.time() - start
-
-
-# -- report ------------------------------------------------------------------
-def plot(results, path):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    names = (("ours", "tf_transformer"), ("opennmt", "OpenNMT-tf 2.32"))
-    keys = ["curve_train"] + (["curve_dev"] if any((results.get(n) or {}).get("curve_dev")
-                                                   for n, _ in names) else [])
-    fig, axes = plt.subplots(1, len(keys), figsize=(5.5 * len(keys), 4), squeeze=False)
-    axes = axes[0]
-    for name, label in names:
-        r = results.get(name) or {}
-        for ax, key in zip(axes, keys):
-            points = r.get(key) or []
-            if points:
-                ax.plot([t / 60 for t, _ in points], [v for _, v in points], marker=".", label=label)
-    axes[0].set_title("training loss per target token (label smoothing 0.1)")
-    if len(axes) > 1:
-        axes[1].set_title("dev loss")
-    for ax in axes:
-        ax.set_xlabel("minutes since process start")
-        ax.legend()
-        ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-
-
-def report(results):
-    ours, onmt, dec = results.get("ours", {}), results.get("opennmt", {}), results["decode"]
-
-    def line(name, a, b, unit="", a_name="ours", b_name="opennmt"):
-        if a is None or b is None or b == 0:
-            print(f"{name}: {a_name}={a} {b_name}={b}")
-            return
-        print(f"{name}: {a_name}={a:.2f}{unit} {b_name}={b:.2f}{unit} ratio={a / b:.2f}")
-
-    common = results["common_tokens"]
-    line("train_tokens_per_sec (own count)", ours.get("tokens_per_sec"), onmt.get("tokens_per_sec"))
-    line("train_tokens_per_sec (common count: pieces + target EOS)",
-         ours.get("tokens_per_sec") and ours["tokens_per_sec"] * common["ours"],
-         onmt.get("tokens_per_sec") and onmt["tokens_per_sec"] * common["opennmt"])
-    line("train_mfu", ours.get("mfu"), onmt.get("mfu"))
-    line("train_peak_rss_mb", ours.get("peak_rss_mb"), onmt.get("peak_rss_mb"))
-    print(f"test_bleu: ours={ours.get('test_bleu')} opennmt={onmt.get('test_bleu')} "
-          f"difference={(ours.get('test_bleu') or 0) - (onmt.get('test_bleu') or 0):.2f}")
-    for ours_name in ("ours_savedmodel_xla", "ours_savedmodel"):
-        ours_d = dec.get(ours_name) or {}
-        if ours_d.get("xla_compiled_shapes"):
-            print(f"decode {ours_name} warm-up: {ours_d['xla_compiled_shapes']} shapes compiled "
-                  f"in {ours_d['xla_warmup_seconds']:.0f} s (not in the timings)")
-        for peer in ("ctranslate2_float32", "ctranslate2_int8", "opennmt_savedmodel"):
-            p = dec.get(peer) or {}
-            for key in ("target_tokens_per_sec", "sentences_per_sec", "latency_p50_ms",
-                        "latency_p99_ms", "process_peak_rss_mb", "bleu_of_this_decoder"):
-                line(f"decode {key}", ours_d.get(key), p.get(key), a_name=ours_name,
-                     b_name=peer)
 
 
 def main():

@@ -1,0 +1,68 @@
+"""The side-by-side protocol's report: figure lines with ratios, and the learning-curve plot."""
+
+import statistics
+
+
+def steady(values):
+    """Median of the logged throughput windows after the first (tracing, warm-up)."""
+    values = list(values)
+    values = values[1:] if len(values) > 1 else values
+    return statistics.median(values) if values else None
+
+
+def plot(results, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = (("ours", "tf_transformer"), ("opennmt", "OpenNMT-tf 2.32"))
+    keys = ["curve_train"] + (["curve_dev"] if any((results.get(n) or {}).get("curve_dev")
+                                                   for n, _ in names) else [])
+    fig, axes = plt.subplots(1, len(keys), figsize=(5.5 * len(keys), 4), squeeze=False)
+    axes = axes[0]
+    for name, label in names:
+        r = results.get(name) or {}
+        for ax, key in zip(axes, keys):
+            points = r.get(key) or []
+            if points:
+                ax.plot([t / 60 for t, _ in points], [v for _, v in points], marker=".", label=label)
+    axes[0].set_title("training loss per target token (label smoothing 0.1)")
+    if len(axes) > 1:
+        axes[1].set_title("dev loss")
+    for ax in axes:
+        ax.set_xlabel("minutes since process start")
+        ax.legend()
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def report(results):
+    ours, onmt, dec = results.get("ours", {}), results.get("opennmt", {}), results["decode"]
+
+    def line(name, a, b, unit="", a_name="ours", b_name="opennmt"):
+        if a is None or b is None or b == 0:
+            print(f"{name}: {a_name}={a} {b_name}={b}")
+            return
+        print(f"{name}: {a_name}={a:.2f}{unit} {b_name}={b:.2f}{unit} ratio={a / b:.2f}")
+
+    common = results["common_tokens"]
+    line("train_tokens_per_sec (own count)", ours.get("tokens_per_sec"), onmt.get("tokens_per_sec"))
+    line("train_tokens_per_sec (common count: pieces + target EOS)",
+         ours.get("tokens_per_sec") and ours["tokens_per_sec"] * common["ours"],
+         onmt.get("tokens_per_sec") and onmt["tokens_per_sec"] * common["opennmt"])
+    line("train_mfu", ours.get("mfu"), onmt.get("mfu"))
+    line("train_peak_rss_mb", ours.get("peak_rss_mb"), onmt.get("peak_rss_mb"))
+    print(f"test_bleu: ours={ours.get('test_bleu')} opennmt={onmt.get('test_bleu')} "
+          f"difference={(ours.get('test_bleu') or 0) - (onmt.get('test_bleu') or 0):.2f}")
+    for ours_name in ("ours_savedmodel_xla", "ours_savedmodel"):
+        ours_d = dec.get(ours_name) or {}
+        if ours_d.get("xla_compiled_shapes"):
+            print(f"decode {ours_name} warm-up: {ours_d['xla_compiled_shapes']} shapes compiled "
+                  f"in {ours_d['xla_warmup_seconds']:.0f} s (not in the timings)")
+        for peer in ("ctranslate2_float32", "ctranslate2_int8", "opennmt_savedmodel"):
+            p = dec.get(peer) or {}
+            for key in ("target_tokens_per_sec", "sentences_per_sec", "latency_p50_ms",
+                        "latency_p99_ms", "process_peak_rss_mb", "bleu_of_this_decoder"):
+                line(f"decode {key}", ours_d.get(key), p.get(key), a_name=ours_name,
+                     b_name=peer)
