@@ -134,13 +134,8 @@ def config_from_flags(vocab_size: int | None = None) -> Config:
     def overrides(group):
         return {name: getattr(FLAGS, name) for name in group if getattr(FLAGS, name) is not None}
 
-    model_changes = overrides(_MODEL_OVERRIDES)
-    if ("d_model" in model_changes or "num_heads" in model_changes) and config.model.d_k:
-        # A preset's explicit d_k/d_v assume its d_model/h; recompute unless set.
-        model_changes.setdefault("d_k", 0)
-        model_changes.setdefault("d_v", 0)
     return Config(
-        model=dataclasses.replace(config.model, **model_changes),
+        model=config.model.with_overrides(overrides(_MODEL_OVERRIDES)),
         data=dataclasses.replace(config.data, **overrides(_DATA_OVERRIDES)),
         train=dataclasses.replace(config.train, **overrides(_TRAIN_OVERRIDES)),
         decode=config.decode)
