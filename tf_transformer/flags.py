@@ -11,11 +11,15 @@ once: binaries run in separate processes and never import each other.
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
-from absl import flags
+from absl import app, flags
 
 from tf_transformer import presets
-from tf_transformer.config import Config, ModelConfig
+from tf_transformer.config import Config, DecodeConfig, ModelConfig
+
+if TYPE_CHECKING:  # TensorFlow only once a binary runs (fast --help)
+    from tf_transformer.decoding.translator import Translator
 
 FLAGS = flags.FLAGS
 
@@ -99,23 +103,21 @@ def decode_overrides() -> dict:
 
 def check_restore_flags() -> None:
     """UsageError unless --model_dir is set and at most one of --checkpoint/--average_last."""
-    from absl import app
-
     if not FLAGS.model_dir:
         raise app.UsageError("--model_dir is required")
     if FLAGS.checkpoint and FLAGS.average_last:
         raise app.UsageError("give --checkpoint or --average_last, not both")
 
 
-def translator_from_flags(all_beams: bool = False):
+def translator_from_flags(all_beams: bool = False) -> tuple[Translator, DecodeConfig]:
     """(Translator, DecodeConfig) of --model_dir, --checkpoint / --average_last and the
     decode flags (DecodeConfig.with_overrides; `all_beams`: nbest defaults to the beam)."""
-    from tf_transformer.decoding.translator import Translator
+    from tf_transformer.decoding import translator as translator_lib
 
     check_restore_flags()
     decode = Config.load(FLAGS.model_dir).decode.with_overrides(decode_overrides(), all_beams)
-    translator = Translator.from_model_dir(FLAGS.model_dir, FLAGS.checkpoint, decode,
-                                           FLAGS.average_last)
+    translator = translator_lib.Translator.from_model_dir(
+        FLAGS.model_dir, FLAGS.checkpoint, decode, FLAGS.average_last)
     return translator, decode
 
 

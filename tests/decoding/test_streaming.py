@@ -38,7 +38,7 @@ def _stream(translator, data: bytes, **kwargs) -> list[str]:
     out = io.StringIO()
     summary = streaming.translate_stream(translator, io.BytesIO(data), out, **kwargs)
     lines = out.getvalue().split("\n")
-    assert lines[-1] == "" and summary.lines == data.count(b"\n") + (not data.endswith(b"\n"))
+    assert lines[-1] == "" and summary.lines == len(split_lines(data)[0])
     return lines[:-1]
 
 
@@ -72,6 +72,7 @@ def test_chunked_output_equals_the_whole_input_at_once(translator):
     data = ("\n".join(LINES) + "\n").encode()
     assert _stream(translator, data, batch_size=2, chunk_size=3) == expected
     assert _stream(translator, data, batch_size=3, chunk_size=100) == expected
+    assert _stream(translator, b"", batch_size=2) == []
 
     nbest = translate_sentences(translator, LINES[:5], batch_size=2, nbest=True)
     lines = _stream(translator, "\n".join(LINES[:5]).encode(), batch_size=2, chunk_size=2,
