@@ -72,7 +72,7 @@ def test_chunked_output_equals_the_whole_input_at_once(translator):
     data = ("\n".join(LINES) + "\n").encode()
     assert _stream(translator, data, batch_size=2, chunk_size=3) == expected
     assert _stream(translator, data, batch_size=3, chunk_size=100) == expected
-    assert _stream(translator, b"", batch_size=2) == []
+    assert _stream(translator, b"", batch_size=2, chunk_size=2) == []
 
     nbest = translate_sentences(translator, LINES[:5], batch_size=2, nbest=True)
     lines = _stream(translator, "\n".join(LINES[:5]).encode(), batch_size=2, chunk_size=2,

@@ -25,7 +25,6 @@ from absl import logging
 
 from tf_transformer.decoding.translator import Translation, Translator, translate_sentences
 
-CHUNK_SIZE = 4096  # lines sorted and translated together
 _REPLACEMENT = "\ufffd".encode()
 
 
@@ -133,7 +132,7 @@ class StreamSummary(NamedTuple):
 
 
 def translate_stream(translator: Translator, source: BinaryIO, out: TextIO, *,
-                     batch_size: int, chunk_size: int = CHUNK_SIZE, nbest: bool = False,
+                     batch_size: int, chunk_size: int, nbest: bool = False,
                      progress: Progress | None = None) -> StreamSummary:
     """Translates `source` line by line into `out`.
 
