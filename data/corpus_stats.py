@@ -15,8 +15,9 @@ from absl import app, flags
 from tf_transformer.config import DataConfig
 from tf_transformer.inputs import corpus, pipeline, tokenizer
 
-DATA = flags.DEFINE_string("data", None, "corpus spec (see tf_transformer/corpus.py)")
-VOCAB = flags.DEFINE_string("vocab", None, "SentencePiece .model file")
+DATA = flags.DEFINE_string("data", None,
+                           "corpus spec (see tf_transformer/inputs/corpus.py); required")
+VOCAB = flags.DEFINE_string("vocab", None, "SentencePiece .model file; required")
 TOKENS_PER_BATCH = flags.DEFINE_integer("tokens_per_batch", 4096, "padded tokens per batch")
 MAX_LENGTH = flags.DEFINE_integer("max_length", DataConfig.max_length, "tokens per side")
 BUCKET_MULTIPLE = flags.DEFINE_integer("bucket_multiple", DataConfig.bucket_multiple,

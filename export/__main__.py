@@ -21,55 +21,50 @@ from absl import app, flags
 
 from tf_transformer import flags as flags_lib
 
-flags_lib.define_model_dir_flags()
-flags_lib.define_decode_flags()
-flags_lib.define_once(flags.DEFINE_string, "export_dir", None,
-                      "Base directory of the versions (TF Serving's model_base_path).")
-flags_lib.define_once(flags.DEFINE_integer, "average_last", None,
-                      "Average the last N checkpoints of --model_dir in memory.")
-flags_lib.define_once(flags.DEFINE_string, "warmup_sentences",
-                      os.path.join(os.path.dirname(os.path.abspath(__file__)), "serving",
-                                   "warmup_sentences.txt"),
-                      "Sentences for assets.extra/tf_serving_warmup_requests ('' for none).")
-flags_lib.define_once(flags.DEFINE_string, "model_name", "transformer",
-                      "model_spec.name written into the warmup requests.")
-flags_lib.define_once(flags.DEFINE_string, "format", "saved_model",
-                      "saved_model (TF Serving layout) or ctranslate2.")
-flags_lib.define_once(flags.DEFINE_string, "quantization", None,
-                      "ctranslate2 only: int8, int8_float32, int16, float16 or bfloat16.")
+flags_lib.define_restore_flags()
+flags_lib.define_decode_flags(
+    nbest_help="List length of the translate_nbest signature (<= beam_size); default: the beam.",
+    batch_size=False)
+flags.DEFINE_string("export_dir", None,
+                    "Base directory of the versions (TF Serving's model_base_path); required.")
+flags.DEFINE_string("warmup_sentences",
+                    os.path.join(os.path.dirname(os.path.abspath(__file__)), "serving",
+                                 "warmup_sentences.txt"),
+                    "Sentences for assets.extra/tf_serving_warmup_requests ('' for none).")
+flags.DEFINE_string("model_name", "transformer",
+                    "model_spec.name written into the warmup requests.")
+flags.DEFINE_enum("format", "saved_model", ["saved_model", "ctranslate2"],
+                  "saved_model (TF Serving layout) or ctranslate2.")
+flags.DEFINE_string("quantization", None,
+                    "ctranslate2 only: int8, int8_float32, int16, float16 or bfloat16; "
+                    "default: the weights' float32.")
+flags.adopt_module_key_flags(flags_lib)
 FLAGS = flags.FLAGS
 
 
 def main(argv):
     del argv
-    from tf_transformer.config import Config
-    from tf_transformer.exporters import saved_model, warmup
-    from tf_transformer.training import checkpoints
-
-    if not FLAGS.model_dir or not FLAGS.export_dir:
-        raise app.UsageError("--model_dir and --export_dir are required")
-    if FLAGS.checkpoint and FLAGS.average_last:
-        raise app.UsageError("give --checkpoint or --average_last, not both")
-    if FLAGS.format not in ("saved_model", "ctranslate2"):
-        raise app.UsageError(f"--format must be saved_model or ctranslate2, not {FLAGS.format!r}")
+    flags_lib.check_restore_flags()
+    if not FLAGS.export_dir:
+        raise app.UsageError("--export_dir is required")
     if FLAGS.format == "ctranslate2":
         from tf_transformer.exporters import ctranslate2 as ctranslate2_export
         print(ctranslate2_export.run_export(FLAGS.model_dir, FLAGS.export_dir, FLAGS.checkpoint,
                                             FLAGS.average_last, FLAGS.quantization))
         return
-    config = Config.load(FLAGS.model_dir)
-    overrides = flags_lib.decode_overrides()
-    overrides.pop("batch_size", None)
-    decode = config.decode.with_overrides(overrides, all_beams=True)
-    translator, used = saved_model.load_translator(
-        FLAGS.model_dir, decode, FLAGS.checkpoint, FLAGS.average_last or 0)
+    from tf_transformer.config import Config
+    from tf_transformer.exporters import saved_model, warmup
+    from tf_transformer.training import checkpoints
+
+    translator, _ = flags_lib.translator_from_flags(all_beams=True)
+    used = translator.checkpoint_paths
     sentences = (warmup.read_sentences(FLAGS.warmup_sentences)
                  if FLAGS.warmup_sentences else [])
     metadata = {
         "model_dir": os.path.abspath(FLAGS.model_dir),
         "checkpoints": [os.path.abspath(p) for p in used],
         "averaged": len(used) if FLAGS.average_last else 0,
-        "config": json_config(config),
+        "config": json_config(Config.load(FLAGS.model_dir)),
     }
     path = saved_model.export(
         translator, FLAGS.export_dir, os.path.join(FLAGS.model_dir, checkpoints.VOCAB_FILE),

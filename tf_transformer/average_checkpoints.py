@@ -9,10 +9,12 @@ from absl import app, flags
 from tf_transformer import flags as flags_lib
 
 flags_lib.define_model_dir_flags()
-flags_lib.define_once(flags.DEFINE_integer, "num_last", None,
-                      "Checkpoints to average (default: the config's average_last).")
-flags_lib.define_once(flags.DEFINE_string, "output", None, "Directory for the averaged model.")
+flags.DEFINE_integer("num_last", None,
+                     "Checkpoints to average; default: config.json's train.average_last.",
+                     lower_bound=1)
+flags.DEFINE_string("output", None, "Directory for the averaged model; required.")
 flags.mark_flags_as_required(["model_dir", "output"])
+flags.adopt_module_key_flags(flags_lib)
 FLAGS = flags.FLAGS
 
 

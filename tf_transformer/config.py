@@ -85,6 +85,18 @@ class ModelConfig:
     def input_vocab_size(self) -> int:
         return self.source_vocab_size or self.vocab_size
 
+    def with_overrides(self, overrides: dict) -> "ModelConfig":
+        """These settings with the user's overrides (ModelConfig fields).
+
+        A preset's explicit d_k/d_v were chosen for its d_model and h, so a new
+        d_model or h without a new d_k/d_v sets them back to 0 (d_model/h).
+        """
+        changes = dict(overrides)
+        if changes.keys() & {"d_model", "num_heads"}:
+            changes.setdefault("d_k", 0)
+            changes.setdefault("d_v", 0)
+        return dataclasses.replace(self, **changes)
+
 
 @dataclasses.dataclass(frozen=True)
 class DataConfig:

@@ -3,35 +3,45 @@
 SPEC is any corpus spec of tf_transformer.inputs.corpus.read_corpus (a TSV, two
 line-aligned files, tfds:wmt14_translate/en-de:test, ...). Prints one line of
 key=value figures (sacreBLEU, chrF, the paper-style tokenized BLEU, decode
-throughput) and the sacreBLEU signatures. Decoding flags are the translate
-binary's (default: the model directory's config.json).
+throughput) and the sacreBLEU signatures; progress lines go to stderr.
+Decoding flags default to the model directory's config.json.
 """
 
 from absl import app, flags
 
 from tf_transformer import flags as flags_lib
-from tf_transformer import translate
 
-flags_lib.define_once(flags.DEFINE_string, "data", None, "Corpus spec to translate and score.")
-flags_lib.define_once(flags.DEFINE_integer, "max_sentences", 0,
-                  "Score only the first N pairs (0: all).")
-flags_lib.define_once(flags.DEFINE_string, "hypotheses", None,
-                  "Also write the translations here, one a line.")
+flags_lib.define_restore_flags()
+flags_lib.define_decode_flags(nbest_help=None)
+flags.DEFINE_string("data", None, "Corpus spec to translate and score; required.")
+flags.DEFINE_integer("max_sentences", 0, "Score only the first N pairs (0: all).", lower_bound=0)
+flags.DEFINE_string("hypotheses", None,
+                    "Also write the translations here, one a line; default: not written.")
+flags.DEFINE_bool("progress", True, "Progress lines on stderr (sentences, sentences/s).")
+flags.adopt_module_key_flags(flags_lib)
 FLAGS = flags.FLAGS
 
 
 def main(argv):
     del argv
-    from tf_transformer import evaluation
-    from tf_transformer.inputs import corpus
-
     if not FLAGS.data:
         raise app.UsageError("--data is required")
+    from tf_transformer import evaluation
+    from tf_transformer.decoding import streaming
+    from tf_transformer.inputs import corpus
 
-    translator, decode = translate.make_translator()
+    translator, decode = flags_lib.translator_from_flags()
     pairs = corpus.read_corpus(FLAGS.data)
+
+    def translate_fn(translator, sources, batch_size):  # the timed pass, after the warm-up
+        progress = streaming.Progress("evaluate") if FLAGS.progress else None
+        results = streaming.translate_sorted(translator, sources, batch_size, progress=progress)
+        if progress:
+            progress.finish()
+        return results
+
     result = evaluation.evaluate_translator(translator, pairs, decode.batch_size,
-                                            FLAGS.max_sentences)
+                                            FLAGS.max_sentences, translate_fn=translate_fn)
     if FLAGS.hypotheses:
         with open(FLAGS.hypotheses, "w", encoding="utf-8") as f:
             f.writelines(h.replace("\n", " ") + "\n" for h in result["hypotheses"])

@@ -56,19 +56,21 @@ def corpus_scores(hypotheses: Sequence[str], references: Sequence[str]) -> dict:
 
 
 def evaluate_translator(translator: Translator, corpus: Corpus, batch_size: int = 32,
-                        max_sentences: int = 0) -> dict:
+                        max_sentences: int = 0,
+                        translate_fn: Callable = translate_sentences) -> dict:
     """Translates `corpus.sources` (the first `max_sentences`, 0 = all) and scores them.
 
     Returns corpus_scores' entries plus "sentences", "sentences_per_sec" and
     "tokens_per_sec" (generated target tokens, EOS included), timed after one
-    warm-up batch so that tracing is not counted, and "hypotheses".
+    warm-up batch so that tracing is not counted, and "hypotheses". The timed
+    pass is `translate_fn(translator, sources, batch_size)` (the binary's reports progress).
     """
     sources, references = corpus.sources, corpus.targets
     if max_sentences:
         sources, references = sources[:max_sentences], references[:max_sentences]
     translate_sentences(translator, sources[:batch_size], batch_size)  # trace once
     start = time.perf_counter()
-    results = translate_sentences(translator, sources, batch_size)
+    results = translate_fn(translator, sources, batch_size)
     seconds = max(time.perf_counter() - start, 1e-9)
     hypotheses = [r.texts[0] for r in results]
     scores = corpus_scores(hypotheses, references)

@@ -1,17 +1,25 @@
 """The absl flags of the binaries, turned into one frozen Config.
 
-Library code never reads flags: binaries call `config_from_flags()` and pass
-the Config (or its parts) down.
+Library code never reads flags: binaries call `config_from_flags()` or
+`translator_from_flags()` and pass the results down. The flags defined here
+are shared by several binaries; each binary calls
+`flags.adopt_module_key_flags(tf_transformer.flags)` so that its --help lists
+them (absl lists only the main module's key flags). A binary defines each group
+once: binaries run in separate processes and never import each other.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
-from absl import flags
+from absl import app, flags
 
 from tf_transformer import presets
-from tf_transformer.config import Config, ModelConfig
+from tf_transformer.config import Config, DecodeConfig, ModelConfig
+
+if TYPE_CHECKING:  # TensorFlow only once a binary runs (fast --help)
+    from tf_transformer.decoding.translator import Translator
 
 FLAGS = flags.FLAGS
 
@@ -21,8 +29,8 @@ _MODEL_OVERRIDES = {
     "d_model": (int, "Model width."),
     "d_ff": (int, "Inner width of the feed-forward networks."),
     "num_heads": (int, "h: attention heads."),
-    "d_k": (int, "Query/key width per head (default d_model/h)."),
-    "d_v": (int, "Value width per head (default d_model/h)."),
+    "d_k": (int, "Query/key width per head (0: d_model/h)."),
+    "d_v": (int, "Value width per head (0: d_model/h)."),
     "dropout": (float, "P_drop: residual and embedding dropout."),
     "attention_dropout": (float, "Dropout on attention weights (not in the paper)."),
     "positions": (str, "sinusoid or learned."),
@@ -52,49 +60,73 @@ _TRAIN_OVERRIDES = {
 
 _DEFINE = {int: flags.DEFINE_integer, float: flags.DEFINE_float, str: flags.DEFINE_string,
            bool: flags.DEFINE_bool}
-
-
-def define_once(define, name: str, default, help_text: str) -> None:
-    """Defines a flag unless a binary imported earlier into this process (tests) did."""
-    if name not in FLAGS:
-        define(name, default, help_text)
+_DECODE_FLAGS = {  # flag -> DecodeConfig field; None defaults keep config.json's value
+    "beam_size": "beam_size", "alpha": "alpha", "extra_length": "extra_length",
+    "nbest": "nbest", "batch_size": "batch_size", "decode_jit_compile": "jit_compile"}
 
 
 def define_model_dir_flags() -> None:
-    define_once(flags.DEFINE_string, "model_dir", None,
-                "Model directory (config.json, vocab.model, checkpoints).")
-    define_once(flags.DEFINE_string, "checkpoint", None,
-                "A checkpoint path or directory; default: the latest.")
+    flags.DEFINE_string("model_dir", None,
+                        "Model directory (config.json, vocab.model, checkpoints); required.")
 
 
-def define_decode_flags() -> None:
-    """Decoding settings; None keeps the model directory's config.json values."""
-    define_once(flags.DEFINE_integer, "beam_size", None,
-                "Beam size k (1: greedy); default from config.json.")
-    define_once(flags.DEFINE_float, "alpha", None,
-                "Length penalty exponent; default from config.json.")
-    define_once(flags.DEFINE_integer, "extra_length", None,
-                "Max output length = source length + this.")
-    define_once(flags.DEFINE_integer, "nbest", None,
-                "Hypotheses per input (<= beam_size).")
-    define_once(flags.DEFINE_integer, "batch_size", None, "Sentences per batch.")
-    define_once(flags.DEFINE_bool, "decode_jit_compile", None,
-                "Compile the beam search with XLA (DecodeConfig.jit_compile).")
+def define_restore_flags() -> None:
+    """--model_dir and which of its checkpoints to load (checkpoints.load_model)."""
+    define_model_dir_flags()
+    flags.DEFINE_string("checkpoint", None,
+                        "A checkpoint path or directory; default: the latest of --model_dir.")
+    flags.DEFINE_integer("average_last", 0,
+                         "Average the last N checkpoints of --model_dir in memory (0: do not).",
+                         lower_bound=0)
+
+
+def define_decode_flags(nbest_help: str | None, batch_size: bool = True) -> None:
+    """Decoding settings (section 6.1), by default the model directory's config.json ones;
+    --nbest only with its binary's `nbest_help`, --batch_size only with `batch_size`."""
+    flags.DEFINE_integer("beam_size", None, "Beam size k (1: greedy); default: config.json's.")
+    flags.DEFINE_float("alpha", None, "Length penalty exponent; default: config.json's.")
+    flags.DEFINE_integer("extra_length", None,
+                         "Max output length = source length + this; default: config.json's.")
+    if nbest_help:
+        flags.DEFINE_integer("nbest", None, nbest_help)
+    if batch_size:
+        flags.DEFINE_integer("batch_size", None, "Sentences per batch; default: config.json's.")
+    flags.DEFINE_bool("decode_jit_compile", None,
+                      "Compile the beam search with XLA; default: config.json's (off).")
 
 
 def decode_overrides() -> dict:
     """The decode flags the user set, as DecodeConfig fields."""
-    names = {"beam_size": "beam_size", "alpha": "alpha", "extra_length": "extra_length",
-             "nbest": "nbest", "batch_size": "batch_size", "decode_jit_compile": "jit_compile"}
-    return {field: getattr(FLAGS, flag) for flag, field in names.items()
-            if getattr(FLAGS, flag) is not None}
+    return {field: FLAGS[flag].value for flag, field in _DECODE_FLAGS.items()
+            if flag in FLAGS and FLAGS[flag].value is not None}
+
+
+def check_restore_flags() -> None:
+    """UsageError unless --model_dir is set and at most one of --checkpoint/--average_last."""
+    if not FLAGS.model_dir:
+        raise app.UsageError("--model_dir is required")
+    if FLAGS.checkpoint and FLAGS.average_last:
+        raise app.UsageError("give --checkpoint or --average_last, not both")
+
+
+def translator_from_flags(all_beams: bool = False) -> tuple[Translator, DecodeConfig]:
+    """(Translator, DecodeConfig) of --model_dir, --checkpoint / --average_last and the
+    decode flags (DecodeConfig.with_overrides; `all_beams`: nbest defaults to the beam)."""
+    from tf_transformer.decoding import translator as translator_lib
+
+    check_restore_flags()
+    decode = Config.load(FLAGS.model_dir).decode.with_overrides(decode_overrides(), all_beams)
+    translator = translator_lib.Translator.from_model_dir(
+        FLAGS.model_dir, FLAGS.checkpoint, decode, FLAGS.average_last)
+    return translator, decode
 
 
 def define_model_flags() -> None:
+    """--preset and one override flag per config field below; unset ones keep the preset's."""
     flags.DEFINE_string("preset", "tiny", "Preset (python -m tf_transformer.presets lists them).")
     for group in (_MODEL_OVERRIDES, _DATA_OVERRIDES, _TRAIN_OVERRIDES):
         for name, (kind, help_text) in group.items():
-            _DEFINE[kind](name, None, help_text)
+            _DEFINE[kind](name, None, f"{help_text} Default: the preset's.")
 
 
 def config_from_flags(vocab_size: int | None = None) -> Config:
@@ -104,13 +136,8 @@ def config_from_flags(vocab_size: int | None = None) -> Config:
     def overrides(group):
         return {name: getattr(FLAGS, name) for name in group if getattr(FLAGS, name) is not None}
 
-    model_changes = overrides(_MODEL_OVERRIDES)
-    if ("d_model" in model_changes or "num_heads" in model_changes) and config.model.d_k:
-        # A preset's explicit d_k/d_v assume its d_model/h; recompute unless set.
-        model_changes.setdefault("d_k", 0)
-        model_changes.setdefault("d_v", 0)
     return Config(
-        model=dataclasses.replace(config.model, **model_changes),
+        model=config.model.with_overrides(overrides(_MODEL_OVERRIDES)),
         data=dataclasses.replace(config.data, **overrides(_DATA_OVERRIDES)),
         train=dataclasses.replace(config.train, **overrides(_TRAIN_OVERRIDES)),
         decode=config.decode)
@@ -121,4 +148,5 @@ def with_vocab_size(config: Config, vocab_size: int) -> Config:
 
 
 __all__ = ["ModelConfig", "config_from_flags", "decode_overrides", "define_decode_flags",
-           "define_model_dir_flags", "define_model_flags", "define_once", "with_vocab_size"]
+           "define_model_dir_flags", "define_model_flags", "define_restore_flags",
+           "translator_from_flags", "with_vocab_size"]

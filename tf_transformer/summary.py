@@ -3,15 +3,16 @@
 from absl import app, flags
 
 from tf_transformer import presets
-from tf_transformer.model import build_model
 
 flags.DEFINE_string("preset", "tiny", "Preset name (python -m tf_transformer.presets lists them).")
-flags.DEFINE_integer("vocab_size", None, "Override the preset's vocabulary size.")
+flags.DEFINE_integer("vocab_size", None, "Vocabulary size; default: the preset's.")
 FLAGS = flags.FLAGS
 
 
 def main(argv):
     del argv
+    from tf_transformer.model import build_model  # TensorFlow after the flags (fast --help)
+
     config = presets.get_preset(FLAGS.preset, FLAGS.vocab_size)
     model = build_model(config.model)
     model.summary(expand_nested=False)

@@ -29,6 +29,7 @@ flags.DEFINE_integer("intra_op_threads", 0, "TensorFlow intra-op threads (0: def
 flags.DEFINE_integer("inter_op_threads", 0, "TensorFlow inter-op threads (0: default).")
 flags_lib.define_model_flags()
 flags.mark_flags_as_required(["train_data", "model_dir"])
+flags.adopt_module_key_flags(flags_lib)  # --help lists the shared flags too
 FLAGS = flags.FLAGS
 
 

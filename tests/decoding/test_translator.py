@@ -19,7 +19,6 @@ from tf_transformer.decoding.beam_search import beam_search
 from tf_transformer.decoding.translator import (
     FIRST_CACHE_LENGTH,
     Translator,
-    split_lines,
     translate_sentences,
 )
 from tf_transformer.inputs.corpus import Corpus
@@ -249,10 +248,3 @@ def test_attention_maps_record_the_forward_pass(eos_prone, sources):
     assert np.triu(maps["decoder_self"][0, 0, 0], k=1).max() < 1e-6  # causal
     assert "attention_weights" not in model.decoder.layers[0].cross_attention.__dict__
 
-
-def test_split_lines_never_fails():
-    assert split_lines(b"") == ([], [])
-    assert split_lines(b"a\n\nb\r\n") == (["a", "", "b"], [])
-    assert split_lines(b"a\nb") == (["a", "b"], [])
-    lines, replaced = split_lines(b"ok \xef\xbf\xbd\nbad \xff\n\xc3\n")  # a real U+FFFD first
-    assert lines == ["ok \ufffd", "bad \ufffd", "\ufffd"] and replaced == [1, 2]

@@ -276,21 +276,3 @@ def translate_sentences(translator: Translator, sentences: Sequence[str],
                 source_tokens=int(source_tokens[i]))
     return results
 
-
-def split_lines(data: bytes) -> tuple[list[str], list[int]]:
-    """Raw text -> (lines, numbers of the lines with invalid UTF-8), never failing.
-
-    Splits on "\\n" only (as `wc -l` counts), drops one trailing "\\r" per line,
-    and decodes with errors="replace" (U+FFFD for each invalid byte sequence).
-    """
-    raw = data.split(b"\n")
-    if raw[-1] == b"":  # the final line ending
-        raw.pop()
-    lines, replaced = [], []
-    for n, line in enumerate(raw):
-        line = line[:-1] if line.endswith(b"\r") else line
-        text = line.decode("utf-8", errors="replace")
-        if text.count("\ufffd") != line.count("\ufffd".encode()):
-            replaced.append(n)
-        lines.append(text)
-    return lines, replaced
