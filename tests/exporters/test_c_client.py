@@ -56,17 +56,18 @@ def _run(client, exported, data: bytes, *args):
 def test_c_client_translates_as_the_python_saved_model(client, exported):
     dev = warmup.read_sentences(os.path.join(REPO_ROOT, "data", "libreoffice-help.en-de",
                                              "dev.tsv"))
-    lines = dev[:6] + ["", "Fonts und Farben"] + dev[200:203]  # 11 lines: batches 4, 4, 3
-    data = "".join(line + ("\r\n" if i == 7 else "\n") for i, line in enumerate(lines)).encode()
+    lines = [line.encode() for line in dev[:6] + ["", "Fonts und Farben"] + dev[200:202]]
+    lines.append(b"bad \xff\xfe bytes \xc3")  # 11 lines: batches of 4, 4, 3
+    data = b"".join(line + (b"\r\n" if i == 7 else b"\n") for i, line in enumerate(lines))
     run = _run(client, exported, data, "--batch_size=4")
     assert run.returncode == 0, run.stderr.decode()[-3000:]
-    got = run.stdout.decode().split("\n")
-    assert got[-1] == "" and len(got) == len(lines) + 1
+    got = run.stdout.split(b"\n")
+    assert got[-1] == b"" and len(got) == len(lines) + 1
     loaded = tf.saved_model.load(exported)
     expected = loaded.signatures["serving_default"](text=tf.constant(lines))["translation"]
-    expected = [t.decode().replace("\n", " ") for t in expected.numpy()]
+    expected = [t.replace(b"\n", b" ") for t in expected.numpy()]
     assert got[:-1] == expected
-    assert len(set(expected)) > 3 and expected[6] == ""
+    assert len(set(expected)) > 3 and expected[6] == b"" and expected[-1]
     timing = run.stderr.decode().splitlines()[-1]
     assert re.fullmatch(r"c_client load_seconds=\S+ batches=3 batch_size=4 sentences=11 "
                         r"seconds=\S+ first_batch_seconds=\S+ sentences_per_sec=[0-9.]+", timing)

@@ -11,6 +11,7 @@
  * a translation become spaces; a trailing "\r" of an input line is dropped).
  * stderr ends with one timing line: sentences/s of the session runs alone.
  */
+#define _POSIX_C_SOURCE 200809L  /* getline, clock_gettime */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -102,20 +103,20 @@ static TF_Output tensor_of(TF_Graph *graph, Span signature, int field, const cha
 }
 
 /* --- translation ------------------------------------------------------------------ */
-static TF_Tensor *string_tensor(char **lines, int n) {
+static TF_Tensor *string_tensor(char **lines, const size_t *lengths, int n) {
   int64_t dims[1] = {n};
   TF_Tensor *t = TF_AllocateTensor(TF_STRING, dims, 1, n * sizeof(TF_TString));
   TF_TString *data = (TF_TString *)TF_TensorData(t);
   for (int i = 0; i < n; i++) {
     TF_TString_Init(&data[i]);
-    TF_TString_Copy(&data[i], lines[i], strlen(lines[i]));
+    TF_TString_Copy(&data[i], lines[i], lengths[i]);  /* bytes as read, NULs included */
   }
   return t;
 }
 
-static double run_batch(TF_Session *session, TF_Output in, TF_Output out, char **lines, int n,
-                        TF_Status *status) {
-  TF_Tensor *input = string_tensor(lines, n), *output = NULL;
+static double run_batch(TF_Session *session, TF_Output in, TF_Output out, char **lines,
+                        const size_t *lengths, int n, TF_Status *status) {
+  TF_Tensor *input = string_tensor(lines, lengths, n), *output = NULL;
   double start = now();
   TF_SessionRun(session, NULL, &in, &input, 1, &out, &output, 1, NULL, 0, NULL, status);
   double seconds = now() - start;
@@ -176,6 +177,7 @@ int main(int argc, char **argv) {
   TF_Output out = tensor_of(graph, sig, 2, flag(argc, argv, "--output", "translation"));
 
   char **batch = calloc(batch_size, sizeof(char *));
+  size_t *lengths = calloc(batch_size, sizeof(size_t));
   char *line = NULL;
   size_t capacity = 0;
   ssize_t length;
@@ -187,10 +189,12 @@ int main(int argc, char **argv) {
     if (length >= 0) {
       if (length && line[length - 1] == '\n') line[--length] = '\0';
       if (length && line[length - 1] == '\r') line[--length] = '\0';
-      batch[n++] = strdup(line);
+      batch[n] = malloc(length + 1);
+      memcpy(batch[n], line, length + 1);
+      lengths[n++] = length;
     }
     if (n == batch_size || (length < 0 && n)) {
-      double s = run_batch(session, in, out, batch, n, status);
+      double s = run_batch(session, in, out, batch, lengths, n, status);
       if (!batches++) first = s;
       seconds += s, sentences += n;
       fflush(stdout);
@@ -204,6 +208,7 @@ int main(int argc, char **argv) {
 
   free(line);
   free(batch);
+  free(lengths);
   TF_CloseSession(session, status);
   TF_DeleteSession(session, status);
   TF_DeleteBuffer(meta_graph);
