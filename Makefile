@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 export KERAS_BACKEND := tensorflow
 
-.PHONY: demo test test-fast venv clean
+.PHONY: demo test test-fast venv clean c-client
 
 $(VENV)/.installed: requirements.txt requirements-test.txt
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,10 @@ test: venv
 
 test-fast: venv
 	$(PY) -m pytest -q -m "not slow" tests
+
+# The C API client of an export (export/serving/c_client), built against the tensorflow wheel.
+c-client: venv
+	$(MAKE) -C export/serving/c_client PY=$(abspath $(PY))
 
 clean:
 	rm -rf $(VENV) runs

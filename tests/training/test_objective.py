@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tf_transformer.config import BOS_ID, EOS_ID, ModelConfig, TrainConfig
+from bench.loss_kernel import gathered_cross_entropy
+from tf_transformer.config import BOS_ID, EOS_ID, PAD_ID, ModelConfig, TrainConfig
 from tf_transformer.model import build_model
 from tf_transformer.training import losses, schedule
 
@@ -22,6 +23,78 @@ def test_label_smoothing_equals_hand_computation():
     assert loss.numpy()[0, 1] == 0.0 and weights.numpy().tolist() == [[1.0, 0.0]]
     np.testing.assert_allclose(losses.mean_token_loss(logits, labels, 0.1).numpy(), expected,
                                rtol=1e-6)
+
+
+def _loss_and_grad(loss_fn, logits, labels, eps):
+    with tf.GradientTape() as tape:
+        tape.watch(logits)
+        loss, weights = loss_fn(logits, labels, eps)
+        upstream = tf.reshape(tf.range(1.0, 1.0 + tf.size(loss, tf.float32)), tf.shape(loss))
+        total = tf.reduce_sum(loss * upstream)
+    return loss, weights, tape.gradient(total, logits)
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.1, 0.3])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+def test_fused_loss_equals_gathered_loss(eps, dtype):
+    """The fused kernel against the gather formula it replaced: values, weights and
+    gradients (a non-uniform upstream gradient), PAD labels and PAD as a gold-less
+    column included, in the compute dtypes of mixed precision."""
+    rng = np.random.default_rng(int(eps * 10))
+    logits = tf.cast(tf.constant(rng.normal(scale=4.0, size=(3, 7, 50)), tf.float32), dtype)
+    labels = rng.integers(0, 50, size=(3, 7))
+    labels[:, -2:] = PAD_ID
+    labels = tf.constant(labels, tf.int32)
+    fused = _loss_and_grad(losses.smoothed_cross_entropy, logits, labels, eps)
+    gathered = _loss_and_grad(gathered_cross_entropy, logits, labels, eps)
+    assert fused[0].dtype == tf.float32 and fused[2].dtype == logits.dtype
+    np.testing.assert_allclose(fused[0].numpy(), gathered[0].numpy(), rtol=2e-6, atol=2e-6)
+    np.testing.assert_array_equal(fused[1].numpy(), gathered[1].numpy())
+    grad_tol = 1e-6 if dtype == "float32" else 1e-2  # the cast back rounds each gradient
+    np.testing.assert_allclose(tf.cast(fused[2], tf.float32).numpy(),
+                               tf.cast(gathered[2], tf.float32).numpy(), rtol=grad_tol,
+                               atol=grad_tol * 60)
+    assert not np.any(tf.cast(fused[2], tf.float32).numpy()[:, -2:])  # PAD rows: no gradient
+
+
+def test_fused_loss_compiles_with_xla():
+    """--jit_compile keeps every position: the fused loss must compile, same values."""
+    rng = np.random.default_rng(3)
+    logits = tf.constant(rng.normal(size=(2, 5, 30)), tf.float32)
+    labels = tf.constant(rng.integers(0, 30, size=(2, 5)), tf.int32)
+    graph = _loss_and_grad(losses.smoothed_cross_entropy, logits, labels, 0.1)
+    compiled = tf.function(_loss_and_grad, jit_compile=True)(
+        losses.smoothed_cross_entropy, logits, labels, 0.1)
+    for a, b in zip(graph, compiled):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_fused_loss_has_no_gather_gradient():
+    """The backward pass of the loss is the fused kernel's own gradient: no dense
+    UnsortedSegmentSum over [tokens, vocab], no log-softmax recomputed."""
+    logits = tf.zeros([6, 10])
+    labels = tf.constant([1, 2, 3, 0, 5, 6])
+
+    @tf.function
+    def grad(logits):
+        with tf.GradientTape() as tape:
+            tape.watch(logits)
+            loss = tf.reduce_sum(losses.smoothed_cross_entropy(logits, labels, 0.1)[0])
+        return tape.gradient(loss, logits)
+
+    graph = grad.get_concrete_function(logits).graph
+    live, stack = set(), [t.op for t in graph.outputs]  # what the gradient depends on
+    while stack:
+        op = stack.pop()
+        if op not in live:
+            live.add(op)
+            stack.extend(t.op for t in op.inputs)
+    types = {op.type for op in live}
+    full_size = {op.type for op in live if any(o.shape == [6, 10] for o in op.outputs)}
+    assert "SoftmaxCrossEntropyWithLogits" in types
+    assert not types & {"UnsortedSegmentSum", "GatherV2", "LogSoftmax", "Softmax"}, types
+    assert full_size <= {"Placeholder", "OneHot", "StopGradient", "Reshape",
+                         "SoftmaxCrossEntropyWithLogits", "Mul", "Identity"}, full_size
 
 
 def test_loss_floor_is_entropy_of_smoothed_target():

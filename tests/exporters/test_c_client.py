@@ -1,0 +1,85 @@
+"""The C client (export/serving/c_client): built with the system compiler against the
+tensorflow wheel's C API, it serves an export with no Python and translates as the
+Python SavedModel does, line for line."""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+import tensorflow as tf
+from absl import flags
+from model_fixtures import REPO_ROOT
+
+from export import __main__ as export_main
+from tf_transformer.exporters import versions, warmup
+
+CLIENT_DIR = os.path.join(REPO_ROOT, "export", "serving", "c_client")
+TF_INCLUDE = os.path.join(os.path.dirname(tf.__file__), "include", "tensorflow", "c", "c_api.h")
+
+
+@pytest.fixture(scope="module")
+def client():
+    if not shutil.which("gcc") or not shutil.which("make"):
+        pytest.skip("gcc or make is not installed: the C client cannot be built")
+    if not os.path.exists(TF_INCLUDE):
+        pytest.skip(f"the tensorflow wheel has no C API headers ({TF_INCLUDE})")
+    make = ["make", "-s", "-C", CLIENT_DIR, f"PY={sys.executable}"]
+    build = subprocess.run(make, capture_output=True, text=True, timeout=600, check=False)
+    assert build.returncode == 0, build.stdout + build.stderr
+    ops = subprocess.run(make + ["ops-library"], capture_output=True, text=True, timeout=120, check=False)
+    library = ops.stdout.strip()
+    assert os.path.exists(library), ops.stdout + ops.stderr
+    return os.path.join(CLIENT_DIR, "translate"), library
+
+
+@pytest.fixture(scope="module")
+def exported(tiny_model_dir, tmp_path_factory):
+    export_dir = str(tmp_path_factory.mktemp("c_client") / "transformer")
+    flags.FLAGS.unparse_flags()
+    flags.FLAGS(["export", f"--model_dir={tiny_model_dir}", f"--export_dir={export_dir}",
+                 "--beam_size=2", "--extra_length=6", "--warmup_sentences="])
+    export_main.main([])
+    return os.path.join(export_dir, str(versions._last_issued(export_dir)))
+
+
+def _run(client, exported, data: bytes, *args):
+    binary, library = client
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "TF_ENABLE_ONEDNN_OPTS": "1"}
+    return subprocess.run([binary, f"--saved_model={exported}", f"--ops_library={library}", *args],
+                          input=data, capture_output=True, env=env, timeout=300, check=False)
+
+
+@pytest.mark.slow
+def test_c_client_translates_as_the_python_saved_model(client, exported):
+    dev = warmup.read_sentences(os.path.join(REPO_ROOT, "data", "libreoffice-help.en-de",
+                                             "dev.tsv"))
+    lines = [line.encode() for line in dev[:6] + ["", "Fonts und Farben"] + dev[200:202]]
+    lines.append(b"bad \xff\xfe bytes \xc3")  # 11 lines: batches of 4, 4, 3
+    data = b"".join(line + (b"\r\n" if i == 7 else b"\n") for i, line in enumerate(lines))
+    run = _run(client, exported, data, "--batch_size=4")
+    assert run.returncode == 0, run.stderr.decode()[-3000:]
+    got = run.stdout.split(b"\n")
+    assert got[-1] == b"" and len(got) == len(lines) + 1
+    loaded = tf.saved_model.load(exported)
+    expected = loaded.signatures["serving_default"](text=tf.constant(lines))["translation"]
+    expected = [t.replace(b"\n", b" ") for t in expected.numpy()]
+    assert got[:-1] == expected
+    assert len(set(expected)) > 3 and expected[6] == b"" and expected[-1]
+    timing = run.stderr.decode().splitlines()[-1]
+    assert re.fullmatch(r"c_client load_seconds=\S+ batches=3 batch_size=4 sentences=11 "
+                        r"seconds=\S+ first_batch_seconds=\S+ sentences_per_sec=[0-9.]+", timing)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("args,message", [
+    (["--signature=nope"], b"no signature nope"),
+    (["--output=nope"], b"the signature has no output 'nope'"),
+    (["--input=nope"], b"the signature has no input 'nope'"),
+    (["--output=score"], b"output is not a string tensor"),  # a real output, float32
+])
+def test_c_client_reads_names_from_the_signature_def(client, exported, args, message):
+    run = _run(client, exported, b"Fonts\n", *args)
+    assert run.returncode == 1 and message in run.stderr, run.stderr.decode()[-3000:]
