@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tf_transformer import evaluation
 from tf_transformer.config import EOS_ID, PAD_ID, Config, DecodeConfig
 from tf_transformer.decoding import attention_plot
 from tf_transformer.decoding.beam_search import beam_search
@@ -21,7 +20,6 @@ from tf_transformer.decoding.translator import (
     Translator,
     translate_sentences,
 )
-from tf_transformer.inputs.corpus import Corpus
 from tf_transformer.inputs.tokenizer import Tokenizer
 from tf_transformer.model.transformer import FIXED_CACHE_KEYS, build_model
 from tf_transformer.training import checkpoints
@@ -201,36 +199,6 @@ def test_text_path_equals_ids_path(eos_prone, sources):
     sorted_batches = translate_sentences(eos_prone, SENTENCES, batch_size=3, nbest=True)
     assert [r.texts for r in sorted_batches] == [
         [t.decode() for t in row] for row in text["translations"].numpy()]
-
-
-def test_from_model_dir_and_dev_bleu(tiny_model_dir):
-    translator = Translator.from_model_dir(tiny_model_dir, decode_config=DecodeConfig(beam_size=1))
-    reference = _translator(tiny_model_dir, beam_size=1)
-    text = tf.constant(SENTENCES[:2])
-    np.testing.assert_array_equal(translator.translate(text)["translation"].numpy(),
-                                  reference.translate(text)["translation"].numpy())
-    config = Config.load(tiny_model_dir)
-    config = config.replace(decode=DecodeConfig(beam_size=1, extra_length=5))
-    evaluate = evaluation.combine(
-        lambda model: {"dev_loss": 1.0},
-        evaluation.dev_bleu_fn(Corpus(SENTENCES[:3], SENTENCES[:3]), translator.tokenizer,
-                               config, max_sentences=2))
-    metrics = evaluate(translator.model)
-    assert set(metrics) == {"dev_loss", "dev_bleu"} and 0.0 <= metrics["dev_bleu"] <= 100.0
-
-
-def test_corpus_scores_and_compound_splitting():
-    # As perl's s{(\S)-(\S)}{$1 ##AT##-##AT## $2}g: matches do not overlap.
-    assert evaluation.split_compounds("Drag-and-Drop, a-b-c x - y") == (
-        "Drag ##AT##-##AT## and ##AT##-##AT## Drop, a ##AT##-##AT## b-c x - y")
-    scores = evaluation.corpus_scores(["Das ist ein Drag-and-Drop-Test ."],
-                                      ["Das ist ein Drag-and-Drop-Test ."])
-    assert scores["bleu"] == pytest.approx(100.0) and scores["chrf"] == pytest.approx(100.0)
-    assert scores["tok_bleu"] == pytest.approx(100.0)
-    assert "tok:13a" in scores["bleu_signature"]
-    worse = evaluation.corpus_scores(["Das ist ein Drag-and-Test"], ["Das ist ein Drag-and-Drop-Test ."])
-    # Split compounds give partial credit where sacreBLEU sees one wrong token.
-    assert worse["tok_bleu"] > worse["bleu"]
 
 
 def test_attention_maps_record_the_forward_pass(eos_prone, sources):

@@ -1,0 +1,146 @@
+"""evaluation.py: corpus scores, and dev BLEU that tracks what the model learned.
+
+The dev BLEU tests train the tiny model with the real Trainer on four pairs
+until it reproduces them (label smoothing off, 100 steps), with dev_bleu_fn
+as its evaluate_fn; the same four pairs scored for seeded random weights must
+score near 0.
+"""
+
+import numpy as np
+import pytest
+import sacrebleu
+import tensorflow as tf
+from model_fixtures import TRAIN_TSV, tiny_config
+
+from tf_transformer import evaluation
+from tf_transformer.config import Config, DecodeConfig, TrainConfig
+from tf_transformer.decoding.translator import Translator, translate_sentences
+from tf_transformer.inputs import corpus, pipeline
+from tf_transformer.inputs.corpus import Corpus
+from tf_transformer.model import build_model
+from tf_transformer.training import checkpoints
+from tf_transformer.training.trainer import Trainer
+
+SENTENCES = [
+    "Fonts",
+    "Replacement table",
+    "Enables the font replacement settings that you define.",
+]
+MEMORISED_STEPS = 100
+MEMORISED_FLOOR = 60.0  # BLEU on the memorised pairs; 100 when every one is reproduced
+GARBAGE_CEILING = 5.0
+
+
+@pytest.fixture(scope="module")
+def toy_pairs():
+    """Four short training pairs with targets of 4+ words (so BLEU has 4-grams)."""
+    pairs = corpus.read_tsv(TRAIN_TSV, max_chars=40)
+    chosen = [(s, t) for s, t in zip(pairs.sources, pairs.targets) if len(t.split()) >= 4][:4]
+    return Corpus([s for s, _ in chosen], [t for _, t in chosen])
+
+
+@pytest.fixture(scope="module")
+def memorised(tmp_path_factory, spm_model_path, small_tokenizer, toy_pairs):
+    """(Trainer after MEMORISED_STEPS on toy_pairs, its config, the evaluation log lines,
+    the dev_bleu_fn it ran)."""
+    config = tiny_config(small_tokenizer.vocab_size)
+    config = config.replace(
+        # One bucket: every batch holds every pair.
+        data=config.data.__class__(max_length=24, min_bucket=24, tokens_per_batch=512,
+                                   shuffle_buffer=100),
+        train=TrainConfig(label_smoothing=0.0, warmup_steps=30, learning_rate_scale=1.5,
+                          log_every=50, checkpoint_minutes=1e9),
+        decode=DecodeConfig(beam_size=1, extra_length=10, batch_size=8))
+    model_dir = str(tmp_path_factory.mktemp("memorised") / "model")
+    with open(spm_model_path, "rb") as f:
+        checkpoints.prepare_model_dir(model_dir, config, f.read())
+    trainer = Trainer(config, model_dir, tf.distribute.OneDeviceStrategy("/cpu:0"))
+    lines = []
+    dev_bleu = evaluation.dev_bleu_fn(toy_pairs, small_tokenizer, config)
+    trainer.train(lambda step: pipeline.dataset_fn(toy_pairs, small_tokenizer, config.data,
+                                                   training=True),
+                  max_steps=MEMORISED_STEPS, log_fn=lines.append, evaluate_fn=dev_bleu)
+    return trainer, config, [line for line in lines if line.startswith("eval ")], dev_bleu
+
+
+@pytest.mark.slow
+def test_dev_bleu_of_a_memorised_set_is_high(memorised, toy_pairs, small_tokenizer):
+    trainer, _, eval_lines, dev_bleu = memorised
+    assert eval_lines[-1].startswith(f"eval step={MEMORISED_STEPS} dev_bleu=")
+    logged = float(eval_lines[-1].rsplit("=", 1)[1])
+    assert logged >= MEMORISED_FLOOR, eval_lines
+    assert dev_bleu(trainer.model)["dev_bleu"] == pytest.approx(logged, abs=1e-3)
+
+
+@pytest.mark.slow
+def test_dev_bleu_of_random_weights_is_near_zero(tiny_model_dir, memorised, toy_pairs,
+                                                 small_tokenizer):
+    config = memorised[1]
+    random_model = checkpoints.load_model(tiny_model_dir).model  # seeded ckpt-0, not trained
+    metrics = evaluation.dev_bleu_fn(toy_pairs, small_tokenizer, config)(random_model)
+    assert metrics["dev_bleu"] < GARBAGE_CEILING
+
+
+@pytest.mark.slow
+def test_evaluate_translator_on_the_memorised_set(memorised, toy_pairs, small_tokenizer):
+    trainer, config, _, _ = memorised
+    translator = Translator(trainer.model, small_tokenizer, config.decode, config.data.max_length)
+    metrics = evaluation.evaluate_translator(translator, toy_pairs, batch_size=2)
+    assert metrics["sentences"] == 4 and len(metrics["hypotheses"]) == 4
+    assert metrics["bleu"] >= MEMORISED_FLOOR and metrics["chrf"] >= MEMORISED_FLOOR
+    scores = evaluation.corpus_scores(metrics["hypotheses"], toy_pairs.targets)
+    assert {k: metrics[k] for k in scores} == scores
+    first = evaluation.evaluate_translator(translator, toy_pairs, batch_size=2, max_sentences=1)
+    assert first["sentences"] == 1 and first["hypotheses"] == metrics["hypotheses"][:1]
+    # Tokens per second counts the generated tokens (EOS included) of the hypotheses.
+    tokens = sum(r.lengths[0] for r in translate_sentences(translator, toy_pairs.sources))
+    assert metrics["tokens_per_sec"] / metrics["sentences_per_sec"] == pytest.approx(
+        tokens / 4, rel=1e-6)
+
+
+def _translator_by_hand(model_dir, decode):
+    """What Translator.from_model_dir should build: config, latest checkpoint, vocabulary."""
+    config = Config.load(model_dir)
+    model = build_model(config.model)
+    tf.train.Checkpoint(model=model).restore(tf.train.latest_checkpoint(model_dir)).expect_partial()
+    tokenizer = Translator.from_model_dir(model_dir).tokenizer
+    return Translator(model, tokenizer, decode, max_source_length=config.data.max_length)
+
+
+def test_from_model_dir_and_dev_bleu(tiny_model_dir):
+    decode = DecodeConfig(beam_size=1, extra_length=5)
+    translator = Translator.from_model_dir(tiny_model_dir, decode_config=decode)
+    reference = _translator_by_hand(tiny_model_dir, decode)
+    text = tf.constant(SENTENCES[:2])
+    np.testing.assert_array_equal(translator.translate(text)["translation"].numpy(),
+                                  reference.translate(text)["translation"].numpy())
+    config = Config.load(tiny_model_dir).replace(decode=decode)
+    evaluate = evaluation.combine(
+        lambda model: {"dev_loss": 1.0}, None,
+        evaluation.dev_bleu_fn(Corpus(SENTENCES[:3], SENTENCES[:3]), translator.tokenizer,
+                               config, max_sentences=2))
+    metrics = evaluate(translator.model)
+    assert set(metrics) == {"dev_loss", "dev_bleu"} and metrics["dev_loss"] == 1.0
+    # dev BLEU is sacreBLEU of the first max_sentences outputs against their references.
+    outputs = [r.texts[0] for r in translate_sentences(translator, SENTENCES[:2])]
+    expected = sacrebleu.corpus_bleu(outputs, [SENTENCES[:2]]).score
+    assert metrics["dev_bleu"] == pytest.approx(expected, abs=1e-6)
+
+
+def test_corpus_scores_and_compound_splitting():
+    # As perl's s{(\S)-(\S)}{$1 ##AT##-##AT## $2}g: matches do not overlap.
+    assert evaluation.split_compounds("Drag-and-Drop, a-b-c x - y") == (
+        "Drag ##AT##-##AT## and ##AT##-##AT## Drop, a ##AT##-##AT## b-c x - y")
+    scores = evaluation.corpus_scores(["Das ist ein Drag-and-Drop-Test ."],
+                                      ["Das ist ein Drag-and-Drop-Test ."])
+    assert scores["bleu"] == pytest.approx(100.0) and scores["chrf"] == pytest.approx(100.0)
+    assert scores["tok_bleu"] == pytest.approx(100.0)
+    assert "tok:13a" in scores["bleu_signature"]
+    worse = evaluation.corpus_scores(["Das ist ein Drag-and-Test"], ["Das ist ein Drag-and-Drop-Test ."])
+    # Split compounds give partial credit where sacreBLEU sees one wrong token.
+    assert worse["tok_bleu"] > worse["bleu"]
+
+
+def test_corpus_scores_refuses_unpaired_lists():
+    with pytest.raises(ValueError, match="2 hypotheses but 1 references"):
+        evaluation.corpus_scores(["a", "b"], ["a"])
