@@ -43,11 +43,13 @@ by sequence length, so <pad> (id 0) is an ordinary entry that it never reads.
 The SentencePiece model travels in the output directory as
 `sentencepiece.model`.
 
-Decoding differences (see `translate_options`): CTranslate2 does not forbid
-<pad> and <s> as our beam search does (pass them as suppress_sequences), and
-its length penalty is score / length**alpha, not GNMT's
-score / ((5 + length) / 6)**alpha; beam search with alpha > 0 may therefore
-pick other hypotheses (pinned in the tests).
+Decoding differences (see `translate_options`, which covers the first two):
+CTranslate2 does not forbid <pad> and <s> as our beam search does (pass them
+as suppress_sequences); by default it forbids EOS as the first token, an
+empty output that our search allows (pass min_decoding_length=0); its length
+penalty is score / length**alpha, not GNMT's score / ((5 + length) / 6)**alpha
+(the same length, EOS included), so beam search with alpha > 0 may pick other
+hypotheses (pinned in the tests).
 """
 
 from __future__ import annotations
@@ -228,14 +230,16 @@ def export_ctranslate2(model_dir: str, output_dir: str, checkpoint: str | None =
 def translate_options(decode: DecodeConfig, max_source_length: int | None = None) -> dict:
     """Keyword arguments of ctranslate2.Translator.translate_batch closest to our decoding.
 
-    Same: beam size, n-best, PAD and BOS never generated, EOS not returned.
+    Same: beam size, n-best, PAD and BOS never generated, EOS not returned,
+    EOS allowed first (an empty output, as in our search; CTranslate2's default
+    min_decoding_length=1 forbids it and would pick another first token).
     Different: `length_penalty` is alpha in CTranslate2's score / length**alpha
     (ours: GNMT's ((5 + length) / 6)**alpha), and `max_decoding_length` is one
     value per batch (ours: each source's length + extra_length), so it is left
     to the caller: max source length in the batch (EOS included) + extra_length.
     """
     options = {"beam_size": decode.beam_size, "num_hypotheses": decode.nbest,
-               "length_penalty": decode.alpha,
+               "length_penalty": decode.alpha, "min_decoding_length": 0,
                "suppress_sequences": [[SPECIAL_PIECES[PAD_ID]], [SPECIAL_PIECES[BOS_ID]]]}
     if max_source_length:
         options["max_input_length"] = max_source_length
