@@ -1,0 +1,81 @@
+"""Shared by the SavedModel export tests (tests/exporters/conftest.py holds the fixtures).
+
+The model is the tiny random-weight fixture with its EOS embedding row scaled
+up (as in test_translator.py), so hypotheses end at varied lengths; ckpt-1 and
+ckpt-2 differ only in that scale, for --checkpoint and --average_last.
+"""
+
+import os
+import shutil
+import sys
+
+import tensorflow as tf
+from absl import flags
+from model_fixtures import REPO_ROOT
+
+from export import __main__ as export_main
+from tf_transformer.config import EOS_ID, Config, DecodeConfig
+from tf_transformer.exporters import versions, warmup
+from tf_transformer.model import build_model
+from tf_transformer.training import checkpoints
+
+FLAGS = flags.FLAGS
+SERVING_DIR = os.path.join(REPO_ROOT, "export", "serving")
+PYTHON = sys.executable
+DECODE_FLAGS = ["--beam_size=2", "--extra_length=6"]
+DECODE = DecodeConfig(beam_size=2, extra_length=6, nbest=2)
+SIGNATURE_SPECS = {  # name -> (inputs, outputs): {name: (dtype, shape)}
+    "serving_default": ({"text": (tf.string, [None])},
+                        {"translation": (tf.string, [None]), "score": (tf.float32, [None])}),
+    "translate": ({"text": (tf.string, [None]), "alpha": (tf.float32, []),
+                   "extra_length": (tf.int32, [])},
+                  {"translation": (tf.string, [None]), "score": (tf.float32, [None]),
+                   "length": (tf.int32, [None])}),
+    "translate_nbest": ({"text": (tf.string, [None])},
+                        {"translations": (tf.string, [None, 2]), "scores": (tf.float32, [None, 2]),
+                         "lengths": (tf.int32, [None, 2])}),
+    "translate_ids": ({"source_ids": (tf.int32, [None, None])},
+                      {"ids": (tf.int32, [None, 2, None]), "scores": (tf.float32, [None, 2]),
+                       "lengths": (tf.int32, [None, 2])}),
+    "tokenize": ({"text": (tf.string, [None])}, {"source_ids": (tf.int32, [None, None])}),
+    "detokenize": ({"ids": (tf.int32, [None, None])}, {"text": (tf.string, [None])}),
+}
+
+
+def dev_sentences(n, start=0):
+    return warmup.read_sentences(
+        os.path.join(REPO_ROOT, "data", "libreoffice-help.en-de", "dev.tsv"))[start:start + n]
+
+
+def _save_eos_scaled(model_dir, source_dir, scales):
+    config = Config.load(source_dir)
+    model = build_model(config.model)
+    latest = tf.train.latest_checkpoint(source_dir)
+    tf.train.Checkpoint(model=model).restore(latest).expect_partial()
+    table = model.target_embedding.token_embedding.embeddings
+    original = tf.identity(table)
+    manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model), model_dir, max_to_keep=5)
+    for number, scale in enumerate(scales, start=1):
+        table.assign(tf.tensor_scatter_nd_update(original, [[EOS_ID]],
+                                                 original[EOS_ID:EOS_ID + 1] * scale))
+        manager.save(checkpoint_number=number)
+
+
+def make_model_dir(path, tiny_model_dir):
+    """tiny_model_dir's config and vocabulary; ckpt-1 (EOS scale 4.5), ckpt-2 (scale 4)."""
+    os.makedirs(path)
+    for name in ("config.json", checkpoints.VOCAB_FILE):
+        shutil.copy(os.path.join(tiny_model_dir, name), path)
+    _save_eos_scaled(path, tiny_model_dir, scales=[4.5, 4.0])  # latest: ckpt-2, scale 4
+    return path
+
+
+def export_model(model_dir, export_dir, *args):
+    FLAGS.unparse_flags()
+    FLAGS(["export", f"--model_dir={model_dir}", f"--export_dir={export_dir}", *args])
+    export_main.main([])
+    return os.path.join(export_dir, str(versions._last_issued(export_dir)))
+
+
+def serve_bytes(loaded, texts):
+    return loaded.signatures["serving_default"](text=tf.constant(texts))["translation"].numpy()

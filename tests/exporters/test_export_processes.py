@@ -1,0 +1,115 @@
+"""The export in clean processes: the serving script without this repository or Keras,
+with tensorflow_text imported, the XLA-compiled export, and saved_model_cli."""
+
+import json
+import os
+import subprocess
+
+import pytest
+from model_fixtures import REPO_ROOT
+from saved_model_fixtures import (
+    DECODE_FLAGS,
+    PYTHON,
+    SERVING_DIR,
+    SIGNATURE_SPECS,
+    dev_sentences,
+    export_model,
+    serve_bytes,
+)
+
+from tf_transformer.exporters import saved_model
+from tf_transformer.model import build_model
+from tf_transformer.training import checkpoints
+
+
+# -- clean processes -----------------------------------------------------------------
+def _env():
+    # The translate binary turns oneDNN on (tf_transformer/__init__.py); so does the server here.
+    return {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "TF_ENABLE_ONEDNN_OPTS": "1"}
+
+
+def _clean_translate(exported, lines: bytes, cwd, *args):
+    run = subprocess.run(
+        [PYTHON, "-I", os.path.join(SERVING_DIR, "translate_saved_model.py"),
+         f"--saved_model={exported}", *args],
+        input=lines, capture_output=True, cwd=cwd, env=_env(), timeout=300)
+    assert run.returncode == 0, run.stderr.decode()[-3000:]
+    return run.stdout.decode().split("\n")[:-1], json.loads(run.stderr.decode().splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_clean_process_output_equals_the_translate_binary(exported, model_dir, tmp_path):
+    lines = dev_sentences(40, start=100) + ["", "   "] + dev_sentences(10, start=500)
+    data = ("\n".join(lines) + "\n").encode()
+    got, status = _clean_translate(exported, data, str(tmp_path), "--ops=libraries",
+                                   "--refuse=all", "--batch_size=16")
+    # Nothing of keras / keras_hub / keras_nlp / this repository was imported or importable.
+    assert status["loaded_modules"] == [] and status["lines"] == len(lines)
+    # Only tensorflow/__init__.py tries (keras.src.optimizers, its ImportError ignored).
+    assert all("/tensorflow/__init__.py:" in r["importer"] for r in status["refused_imports"])
+    assert REPO_ROOT not in status["sys_path"] and "" not in status["sys_path"]
+    source = tmp_path / "input.txt"
+    source.write_bytes(data)
+    averaged = str(tmp_path / "averaged")  # the same float64 mean, as a model directory
+    checkpoints.write_averaged(model_dir, 2, averaged, build_model)
+    binary = subprocess.run(
+        [PYTHON, "-m", "tf_transformer.translate", f"--model_dir={averaged}",
+         f"--input={source}", *DECODE_FLAGS],
+        capture_output=True, cwd=REPO_ROOT, env=_env(), timeout=300)
+    assert binary.returncode == 0, binary.stderr.decode()[-3000:]
+    expected = binary.stdout.decode().split("\n")[:-1]
+    assert len(expected) == len(lines) and got == expected
+    assert len(set(got)) > 10 and got[40:42] == ["", ""]
+
+
+@pytest.mark.slow
+def test_clean_process_with_tensorflow_text_imported(exported, loaded, tmp_path):
+    texts = dev_sentences(4)
+    got, status = _clean_translate(exported, ("\n".join(texts) + "\n").encode(), str(tmp_path),
+                                   "--ops=tensorflow_text",
+                                   "--refuse=keras_hub,keras_nlp,tf_transformer")
+    assert got == [t.decode() for t in serve_bytes(loaded, texts)]
+    assert status["refused_imports"] == []  # keras is imported, by tensorflow_text itself
+    assert not [m for m in status["loaded_modules"] if not m.startswith("keras")]
+
+
+@pytest.mark.slow
+def test_jit_compiled_export_translates_as_the_default_one(model_dir, loaded, tmp_path):
+    """--decode_jit_compile: the XLA search inside the SavedModel, in a clean process."""
+    compiled = export_model(model_dir, str(tmp_path / "xla"), *DECODE_FLAGS, "--average_last=2",
+                       "--decode_jit_compile", "--warmup_sentences=")
+    with open(os.path.join(compiled, "assets", saved_model.METADATA_FILE)) as f:
+        decode = json.load(f)["decode"]
+    assert decode["jit_compile"] and decode["length_bucket"] == 16
+    texts = dev_sentences(20, start=40) + [""]
+    got, _ = _clean_translate(compiled, ("\n".join(texts) + "\n").encode(), str(tmp_path),
+                              "--ops=libraries", "--batch_size=8")
+    assert got == [t.decode() for t in serve_bytes(loaded, texts)]
+
+
+@pytest.mark.slow
+def test_saved_model_cli_show_and_run(exported, loaded):
+    cli = os.path.join(os.path.dirname(PYTHON), "saved_model_cli")
+    show = subprocess.run([cli, "show", "--dir", exported, "--all"], capture_output=True,
+                          env=_env(), timeout=300)
+    assert show.returncode == 0, show.stderr.decode()[-2000:]
+    text = show.stdout.decode()
+    for name in SIGNATURE_SPECS:
+        assert f"signature_def['{name}']" in text
+    assert "inputs['text'] tensor_info:\n        dtype: DT_STRING\n        shape: (-1)" in text
+    assert "'SentencepieceOp'" in text
+    run_args = ["run", "--dir", exported, "--tag_set", "serve", "--signature_def",
+                "serving_default", "--input_exprs", 'text=["Replacement table","Fonts"]']
+    plain = subprocess.run([cli, *run_args], capture_output=True, env=_env(), timeout=300)
+    # The stock CLI does not import tensorflow_text, so the ops are unknown to it.
+    assert plain.returncode != 0
+    assert "Op type not registered 'SentencepieceOp'" in plain.stderr.decode()
+    wrapped = subprocess.run(
+        [PYTHON, "-c", "import sys, tensorflow_text; from tensorflow.python.tools import "
+         "saved_model_cli; sys.argv[0] = 'saved_model_cli'; sys.exit(saved_model_cli.main())",
+         *run_args], capture_output=True, env=_env(), timeout=300)
+    assert wrapped.returncode == 0, wrapped.stderr.decode()[-2000:]
+    expected = serve_bytes(loaded, ["Replacement table", "Fonts"])
+    assert "Result for output key translation:" in wrapped.stdout.decode()
+    assert repr(expected[0])[:30] in wrapped.stdout.decode()
+

@@ -1,0 +1,66 @@
+"""Export versions (claimed atomically, never reused) and the checkpoints an export
+reads (--checkpoint, --average_last, refused together)."""
+
+import os
+import shutil
+import types
+
+import numpy as np
+import pytest
+from saved_model_fixtures import DECODE, export_model
+
+from tf_transformer.config import DecodeConfig
+from tf_transformer.exporters import saved_model, versions
+
+
+# -- versions, checkpoints ------------------------------------------------------------
+def test_versions_are_claimed_atomically_and_never_reused(tmp_path, monkeypatch):
+    base = str(tmp_path / "exports")
+    assert versions.claim_version(base)[0] == 1
+    os.rename(os.path.join(base, ".tmp-1"), os.path.join(base, "1"))
+    assert versions.claim_version(base) == (2, os.path.join(base, ".tmp-2"))  # tmp-2 claimed
+    assert versions.claim_version(base)[0] == 3  # another exporter, concurrently
+    shutil.rmtree(os.path.join(base, ".tmp-2"))
+    shutil.rmtree(os.path.join(base, ".tmp-3"))
+    shutil.rmtree(os.path.join(base, "1"))
+    assert versions.claim_version(base)[0] == 4  # deleted numbers are not handed out again
+
+    def fail(*args, **kwargs):
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(saved_model, "ServingModule", fail)
+    vocab = tmp_path / "vocab.model"
+    vocab.write_bytes(b"x")
+    fake = types.SimpleNamespace(beam_size=1, nbest=1, alpha=0.6, extra_length=5, jit_compile=False,
+                                 max_source_length=8, max_target_length=8)
+    with pytest.raises(RuntimeError):
+        saved_model.export(fake, base, str(vocab), {})
+    assert not [n for n in os.listdir(base) if n.startswith(".tmp-5")]  # cleaned up
+    assert versions.claim_version(base)[0] == 6
+
+
+def test_average_last_averages_in_memory(model_dir):
+    translator, paths = saved_model.load_translator(model_dir, DECODE, average_last=2)
+    assert [os.path.basename(p) for p in paths] == ["ckpt-1", "ckpt-2"]
+    table = translator.model.target_embedding.token_embedding.embeddings.numpy()
+    one, _ = saved_model.load_translator(model_dir, DECODE, checkpoint=paths[0])
+    two, _ = saved_model.load_translator(model_dir, DECODE)
+    mean = (one.model.target_embedding.token_embedding.embeddings.numpy().astype(np.float64)
+            + two.model.target_embedding.token_embedding.embeddings.numpy()) / 2
+    np.testing.assert_allclose(table, mean, rtol=1e-6)
+    with pytest.raises(ValueError):
+        saved_model.load_translator(model_dir, DECODE, average_last=3)
+    assert DecodeConfig().with_overrides({"beam_size": 3}, all_beams=True).nbest == 3
+
+
+def test_export_flags_are_checked(model_dir, tmp_path):
+    from absl import app
+    with pytest.raises(app.UsageError):
+        export_model(model_dir, str(tmp_path / "e"), "--average_last=2", f"--checkpoint={model_dir}")
+    assert not os.path.exists(tmp_path / "e")
+    chosen, paths = saved_model.load_translator(model_dir, DECODE, checkpoint=f"{model_dir}/ckpt-1")
+    assert paths == [f"{model_dir}/ckpt-1"]
+    table = chosen.model.target_embedding.token_embedding.embeddings.numpy()
+    latest, _ = saved_model.load_translator(model_dir, DECODE)
+    latest_table = latest.model.target_embedding.token_embedding.embeddings.numpy()
+    assert not np.array_equal(table, latest_table)
