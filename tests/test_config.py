@@ -174,3 +174,14 @@ def test_every_preset_is_valid_and_round_trips(name, tmp_path):
 def test_unknown_preset_is_refused():
     with pytest.raises(ConfigError, match="unknown preset 'no_such_preset'; known: base"):
         presets.get_preset("no_such_preset")
+
+
+def test_model_overrides_reset_a_presets_head_sizes():
+    row_a = presets.get_preset("a_h4", vocab_size=1000).model  # h=4, d_k=d_v=128
+    assert (row_a.key_dim, row_a.value_dim) == (128, 128)
+    smaller = row_a.with_overrides({"d_model": 256})
+    assert (smaller.d_k, smaller.d_v, smaller.key_dim) == (0, 0, 64)  # d_model / h again
+    assert row_a.with_overrides({"num_heads": 8}).key_dim == 64
+    assert row_a.with_overrides({"d_model": 256, "d_k": 32}).key_dim == 32  # the user's own
+    assert row_a.with_overrides({"d_ff": 1024}).key_dim == 128  # head sizes untouched
+    assert row_a.with_overrides({}) == row_a
