@@ -5,7 +5,7 @@
 One epoch of the training pipeline (tokenise, filter, bucket; no model), over
 the full shared train corpus when ../shared exists, else the embedded one.
 Without --vocab, a vocabulary of --vocab_size is trained first (not timed).
-The figure comes from `pipeline.tokens_per_second`, for reuse.
+The figure comes from `stats.tokens_per_second`, for reuse.
 
 Then, unless --no_compare_step, the trainer's own step of the `small` preset
 is timed in the same process on the pipeline's own batches, and a line
@@ -19,7 +19,7 @@ import tempfile
 from absl import app, flags
 
 from tf_transformer.config import DataConfig
-from tf_transformer.inputs import corpus, pipeline, tokenizer
+from tf_transformer.inputs import corpus, pipeline, stats, tokenizer
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED_TRAIN = os.path.join(REPO, "..", "shared", "corpora", "libreoffice-help.en-de", "train.tsv")
@@ -75,7 +75,7 @@ def main(argv):
                         deterministic=DETERMINISTIC.value)
     dataset = pipeline.make_dataset(pairs, vocab, config, training=True, repeat=False,
                                     count_skipped=False)
-    figures = pipeline.tokens_per_second(dataset)
+    figures = stats.tokens_per_second(dataset)
     print(f"input_pipeline data={os.path.relpath(spec) if os.path.exists(spec) else spec} "
           f"pairs={len(pairs)} cpus={os.cpu_count()} "
           + " ".join(f"{key}={value}" for key, value in figures.items()), flush=True)

@@ -11,7 +11,7 @@ from absl import app, flags, logging
 
 from tf_transformer.inputs import corpus, tokenizer
 
-DATA = flags.DEFINE_string("data", None, "corpus spec (see tf_transformer/corpus.py)")
+DATA = flags.DEFINE_string("data", None, "corpus spec (see tf_transformer/inputs/corpus.py)")
 VOCAB_SIZE = flags.DEFINE_integer("vocab_size", 8000, "pieces, special ones included")
 OUTPUT = flags.DEFINE_string("output", None, "where to write the .model file")
 MODEL_TYPE = flags.DEFINE_enum("model_type", "bpe", list(tokenizer.MODEL_TYPES),

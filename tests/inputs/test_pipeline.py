@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 
 from tf_transformer.config import BOS_ID, EOS_ID, PAD_ID, DataConfig
-from tf_transformer.inputs import corpus, pipeline
+from tf_transformer.inputs import corpus, pipeline, stats
 
 BUDGET = 4096
 CONFIG = DataConfig(tokens_per_batch=BUDGET, deterministic=True)
@@ -66,7 +66,7 @@ def test_padding_efficiency(epoch, embedded_corpus, tokenizer_8k):
     positions = sum(b["source"].size + b["target_out"].size for b in epoch)
     bucketed = nonpad / positions
     longest = max(max(len(r) for r in rows(b["source"]) + rows(b["target_in"])) for b in epoch)
-    plain = pipeline.epoch_stats(pipeline.make_plain_dataset(
+    plain = stats.epoch_stats(stats.make_plain_dataset(
         embedded_corpus, tokenizer_8k, CONFIG, batch_size=BUDGET // longest))
     assert plain["examples"] == len(embedded_corpus) and plain["max_batch_tokens"] <= BUDGET
     assert bucketed >= 0.85 and bucketed > plain["padding_efficiency"] + 0.3
@@ -75,11 +75,11 @@ def test_padding_efficiency(epoch, embedded_corpus, tokenizer_8k):
 def test_over_length_pairs_are_filtered_and_counted(embedded_corpus, small_tokenizer):
     pairs = subset(embedded_corpus, 1500)
     config = DataConfig(max_length=24, tokens_per_batch=512, deterministic=True)
-    stats = pipeline.epoch_stats(pipeline.make_dataset(
+    figures = stats.epoch_stats(pipeline.make_dataset(
         pairs, small_tokenizer, config, training=True, repeat=False))
-    skipped = pipeline.count_over_length(pairs, small_tokenizer, 24)
-    assert 0 < skipped < len(pairs) and stats["examples"] == len(pairs) - skipped
-    assert stats["max_batch_tokens"] <= 512
+    skipped = stats.count_over_length(pairs, small_tokenizer, 24)
+    assert 0 < skipped < len(pairs) and figures["examples"] == len(pairs) - skipped
+    assert figures["max_batch_tokens"] <= 512
 
 
 def test_seed_makes_order_reproducible(embedded_corpus, small_tokenizer):
@@ -138,5 +138,5 @@ def test_tokens_per_second(embedded_corpus, small_tokenizer):
     dataset = pipeline.make_dataset(subset(embedded_corpus, 500), small_tokenizer,
                                           DataConfig(tokens_per_batch=512), training=True,
                                           repeat=False, count_skipped=False)
-    figures = pipeline.tokens_per_second(dataset)
+    figures = stats.tokens_per_second(dataset)
     assert figures["tokens_per_second"] > 0 and figures["batches"] > 0
