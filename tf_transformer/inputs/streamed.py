@@ -52,12 +52,15 @@ class StreamTally:
         self.last_pass: dict[str, int] | None = None  # reason -> count, "valid" included
         self.passes = 0
         self.tokenized = self.over_length = 0  # cumulative, counted after the shuffle
+        self._lines = 0  # cumulative, for the report cadence
         self._next_report = report_every
 
     def record(self, counts: np.ndarray | tf.Tensor) -> np.int64:
         """Adds one batch's [reasons..., valid] line counts."""
         with self._lock:
-            self._counts += np.asarray(counts, np.int64)
+            counts = np.asarray(counts, np.int64)
+            self._counts += counts
+            self._lines += int(counts.sum())
             self._maybe_report()
         return np.int64(0)
 
@@ -71,7 +74,7 @@ class StreamTally:
         return np.int64(0)
 
     def _seen(self) -> int:
-        return int(self._counts.sum()) + self.tokenized
+        return self._lines + self.tokenized
 
     def _maybe_report(self) -> None:
         if self._seen() >= self._next_report:
