@@ -7,11 +7,12 @@ with about 25000 source and 25000 target tokens per batch. Here a pair becomes
 
 and its length is the longer of source and target_in. Pairs longer than
 `max_length` are skipped in training, counted as they stream by and logged
-(`streamed.StreamTally`; `stats.count_over_length` counts them ahead). The others go to the bucket of the smallest boundary
->= their length; boundaries grow geometrically by `bucket_step` from
-`min_bucket` to `max_length` and are rounded up to `bucket_multiple` (4: a
-multiple of 8 suits matmuls better but costs 5 points of padding efficiency on
-short segments, see BUILD.md, "Input pipeline"); `max_length` is always the last. A bucket of boundary L emits
+(`streamed.StreamTally`; `stats.count_over_length` counts them ahead). The
+others go to the bucket of the smallest boundary >= their length; boundaries
+grow geometrically by `bucket_step` from `min_bucket` to `max_length` and are
+rounded up to `bucket_multiple` (4: a multiple of 8 suits matmuls better but
+costs 5 points of padding efficiency on short segments, see BUILD.md, "Input
+pipeline"); `max_length` is always the last. A bucket of boundary L emits
 batches of B = tokens_per_batch // L pairs, all three tensors padded with PAD_ID
 to exactly [B, L]; so B * L <= tokens_per_batch (counted on the longer side,
 padding included) and the trainer sees at most one shape per bucket (a shorter

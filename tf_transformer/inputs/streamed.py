@@ -147,7 +147,8 @@ class StreamedCorpus:
         for pair in self._scan(tally):
             if pair:
                 yield from pair
-        tally.check()
+        skipped = tally.check()
+        logging.info("%s: %d pairs read, skipped %s", self.name, tally.valid, skipped)
 
     def pairs(self, shard: tuple[int, int] = (0, 1),
               tally: StreamTally | None = None) -> tf.data.Dataset:
