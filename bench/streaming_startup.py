@@ -8,7 +8,8 @@ so sentence lengths are realistic and lines are not repeated verbatim. Then,
 for each size, a fresh process per path measures, from after the imports:
 first_batch_s (the first per-replica batch out of distribute_datasets_from_function),
 first_step_s and second_step_s (the tiny preset's training steps, tracing included),
-and peak_rss_mb (the process's maximum resident set, TensorFlow itself included).
+peak_rss_at_first_batch_mb and peak_rss_mb (the process's maximum resident set then and
+at the end, TensorFlow itself included; rss_after_imports_mb is TensorFlow and Keras alone).
 Paths: `new` streams with corpus.open_corpus; `old` is the in-memory reader
 plus the start-up tokenising pass that dataset_fn used to make
 (stats.count_over_length), run only up to --old_max_pairs.
@@ -53,6 +54,10 @@ def generate(path: str, pairs: int, seed: int = 1) -> None:
     os.replace(tmp, path)
 
 
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def measure(path: str, spec: str, vocab_path: str, steps: bool) -> str:
     """One path in this process: the figures line."""
     import tensorflow as tf
@@ -61,7 +66,7 @@ def measure(path: str, spec: str, vocab_path: str, steps: bool) -> str:
     from tf_transformer.inputs import corpus, pipeline, stats, tokenizer
     from tf_transformer.training.trainer import Trainer
 
-    rss_imports = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    rss_imports = peak_rss_mb()
     start = time.perf_counter()
     vocab = tokenizer.Tokenizer(vocab_path)
     config = presets.get_preset("tiny", vocab.vocab_size)
@@ -74,13 +79,14 @@ def measure(path: str, spec: str, vocab_path: str, steps: bool) -> str:
     iterator = iter(strategy.distribute_datasets_from_function(
         pipeline.dataset_fn(data, vocab, config.data, training=True)))
     next(iterator)
-    figures = {"first_batch_s": time.perf_counter() - start}
+    figures = {"first_batch_s": time.perf_counter() - start,
+               "peak_rss_at_first_batch_mb": peak_rss_mb()}
     if steps:
         step = Trainer(config, tempfile.mkdtemp(), strategy).step_fn()
         for name in ("first_step_s", "second_step_s"):
             float(step(iterator)["loss"])
             figures[name] = time.perf_counter() - start
-    figures["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    figures["peak_rss_mb"] = peak_rss_mb()
     figures["rss_after_imports_mb"] = rss_imports
     return " ".join(f"{k}={v:.1f}" for k, v in figures.items())
 

@@ -47,7 +47,7 @@ def test_same_pairs_and_counts_as_the_in_memory_reader(embedded_corpus):
     assert isinstance(data, streamed.StreamedCorpus)
     assert (collections.Counter(streamed_pairs(data))
             == collections.Counter(zip(embedded_corpus.sources, embedded_corpus.targets)))
-    assert data.skipped == embedded_corpus.skipped and data.tallies[0].last_pass == {
+    assert data.skipped == embedded_corpus.skipped and data.tallies[0, 1].last_pass == {
         "valid": len(embedded_corpus)}
 
 
@@ -59,6 +59,10 @@ def test_bad_lines_are_counted_as_the_in_memory_reader_counts_them(tmp_path, spe
     assert streamed_pairs(data) == list(zip(expected.sources, expected.targets))
     assert data.skipped == expected.skipped
     assert set(expected.skipped) == set(streamed.LINE_REASONS)  # every reason exercised
+    sharded = corpus.open_corpus(spec, max_chars=40)
+    pairs = streamed_pairs(sharded, (0, 2)) + streamed_pairs(sharded, (1, 2))
+    assert sorted(pairs) == sorted(zip(expected.sources, expected.targets))
+    assert sharded.skipped == expected.skipped  # the shards' counts add up
 
 
 def test_parallel_files_are_counted_as_the_in_memory_reader_counts_them(tmp_path):
@@ -145,7 +149,7 @@ def test_over_length_pairs_are_counted_as_they_stream(tmp_path, embedded_corpus,
     figures = stats.epoch_stats(pipeline.make_dataset(data, small_tokenizer, config,
                                                       training=True, repeat=False))
     over = stats.count_over_length(in_memory, small_tokenizer, 24)
-    tally, = data.tallies
+    tally, = data.tallies.values()
     assert 0 < over and (tally.over_length, tally.tokenized) == (over, 1500)
     assert figures["examples"] == 1500 - over
 

@@ -111,7 +111,7 @@ class StreamedCorpus:
                  probe_lines: int = PROBE_LINES):
         self.paths, self.reverse = corpus_lib.split_spec(spec)
         self.name, self.max_chars = spec, max_chars
-        self.tallies: list[StreamTally] = []  # one per pass-reading pipeline
+        self.tallies: dict[tuple[int, int], StreamTally] = {}  # shard -> its latest pipeline's
         self._probe(probe_lines)
 
     def _scan(self, tally: corpus_lib.Tally) -> Iterator[tuple[str, str] | None]:
@@ -133,9 +133,9 @@ class StreamedCorpus:
 
     @property
     def skipped(self) -> dict[str, int]:
-        """Reason -> count over the last complete pass of every pipeline (blank included)."""
+        """Reason -> count over the last complete pass of every shard (blank included)."""
         total: dict[str, int] = {}
-        for tally in self.tallies:
+        for tally in self.tallies.values():
             for reason, n in (tally.last_pass or {}).items():
                 if reason != "valid":
                     total[reason] = total.get(reason, 0) + n
@@ -159,7 +159,7 @@ class StreamedCorpus:
         index, num = shard
         if tally is None:
             tally = StreamTally(f"{self.name} [{index}/{num}]")
-        self.tallies.append(tally)
+        self.tallies[shard] = tally
         if len(self.paths) == 2:
             lines = _aligned(*self.paths).enumerate().shard(num, index).batch(LINE_BATCH)
             classified = lines.map(lambda i, pair: classify_parallel(
