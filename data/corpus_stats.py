@@ -29,7 +29,7 @@ def format_stats(name: str, figures: dict) -> str:
 
 def main(argv):
     del argv
-    pairs = corpus.read_corpus(DATA.value)
+    pairs = corpus.open_corpus(DATA.value)  # text files stream: any size
     vocab = tokenizer.Tokenizer(VOCAB.value)
     config = DataConfig(max_length=MAX_LENGTH.value, tokens_per_batch=TOKENS_PER_BATCH.value,
                         bucket_multiple=BUCKET_MULTIPLE.value, deterministic=True)
