@@ -210,6 +210,9 @@ def make_dataset(corpus: Corpus | StreamedCorpus, tokenizer: Tokenizer,
         dataset = dataset.apply(drop_index())
     options = tf.data.Options()
     options.deterministic = data_config.deterministic or not training
+    # The skip counters (py_function) are the only external state: an iterator
+    # checkpoint leaves them out, and they restart from zero after a restore.
+    options.experimental_external_state_policy = tf.data.experimental.ExternalStatePolicy.IGNORE
     return dataset.with_options(options).prefetch(AUTOTUNE)
 
 

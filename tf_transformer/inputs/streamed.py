@@ -53,6 +53,7 @@ class StreamTally:
         self.passes = 0
         self.tokenized = self.over_length = 0  # cumulative, counted after the shuffle
         self._lines = 0  # cumulative, for the report cadence
+        self._whole = False  # this pass was started here, not restored mid-way
         self._next_report = report_every
 
     def record(self, counts: np.ndarray | tf.Tensor) -> np.int64:
@@ -87,19 +88,32 @@ class StreamTally:
                 f"{int(counts[VALID])} pairs kept, skipped {reasons}; over max_length so far "
                 f"{self.over_length} of {self.tokenized} tokenised pairs")
 
+    def start_pass(self) -> np.int64:
+        with self._lock:
+            self._counts[:] = 0
+            self._whole = True
+        return np.int64(0)
+
     def end_pass(self) -> np.int64:
-        """Logs the pass's counts; CorpusError if it was empty, mostly bad or pairless."""
+        """Logs the pass's counts; CorpusError if it was empty, mostly bad or pairless.
+
+        A pass entered by restoring an iterator checkpoint (no start seen here)
+        covers only the lines read since: it is logged, not judged.
+        """
         with self._lock:
             counts, self._counts = self._counts, np.zeros_like(self._counts)
+            whole, self._whole = self._whole, False
             skipped = {r: int(n) for r, n in zip(LINE_REASONS, counts) if n}
             lines = int(counts.sum() - counts[0])  # non-blank
             malformed = sum(skipped.get(r, 0) for r in MALFORMED)
-            if lines == 0 or malformed * 2 > lines or not counts[VALID]:
+            if whole and (lines == 0 or malformed * 2 > lines or not counts[VALID]):
                 raise CorpusError(f"{self.name}: {lines} non-blank lines, {malformed} "
                                   f"malformed, {int(counts[VALID])} kept {skipped}: empty, "
                                   "mostly bad or no valid pair")
-            logging.info("%s: end of %s", self.name, self._summary(counts))
-            self.last_pass = {**skipped, "valid": int(counts[VALID])}
+            logging.info("%s: end of %s%s", self.name, self._summary(counts),
+                         "" if whole else " (resumed: lines since the restore only)")
+            if whole:
+                self.last_pass = {**skipped, "valid": int(counts[VALID])}
             self.passes += 1
         return np.int64(0)
 
@@ -181,14 +195,16 @@ class StreamedCorpus:
                 source, target = target, source
             return {"index": i[mask], "source": source[mask], "target": target[mask]}
 
-        def end_of_pass(_):
-            ended = tf.py_function(tally.end_pass, [], tf.int64)
-            with tf.control_dependencies([ended]):
-                return {"index": tf.zeros([0], tf.int64), "source": tf.zeros([0], tf.string),
-                        "target": tf.zeros([0], tf.string)}
+        def marker(call):  # an empty batch whose only effect is `call`
+            def fn(_):
+                done = tf.py_function(call, [], tf.int64)
+                with tf.control_dependencies([done]):
+                    return {"index": tf.zeros([0], tf.int64), "source": tf.zeros([0], tf.string),
+                            "target": tf.zeros([0], tf.string)}
+            return tf.data.Dataset.from_tensors(0).map(fn)
 
-        end = tf.data.Dataset.from_tensors(0).map(end_of_pass)
-        return classified.map(keep).concatenate(end).unbatch()
+        return (marker(tally.start_pass).concatenate(classified.map(keep))
+                .concatenate(marker(tally.end_pass)).unbatch())
 
 
 def _strip(text: tf.Tensor) -> tf.Tensor:
