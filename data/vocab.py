@@ -3,9 +3,10 @@
   python -m data.vocab --data=data/libreoffice-help.en-de/train.tsv \
       --vocab_size=8000 --output=runs/spm8k.model
 
-Text files are streamed, never held whole: SentencePiece keeps a seeded sample
-of at most 4M sentences (tokenizer.MAX_TRAINING_SENTENCES). The paper's sizes (section 5.1): 37000 BPE for WMT EN-DE, 32000 for EN-FR;
-8000 suits the embedded corpus. Ids: <pad>=0 <unk>=1 <s>=2 </s>=3 (config.py).
+The paper's sizes (section 5.1): 37000 BPE for WMT EN-DE, 32000 for EN-FR;
+8000 suits the embedded corpus. Text files are streamed, never held whole:
+SentencePiece keeps a seeded sample of at most 4M sentences
+(tokenizer.MAX_TRAINING_SENTENCES). Ids: <pad>=0 <unk>=1 <s>=2 </s>=3 (config.py).
 """
 
 from absl import app, flags, logging

@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import EMBEDDED_CORPUS_DIR
 from tf_transformer.config import DataConfig
 from tf_transformer.inputs import corpus, pipeline, stats, streamed, tokenizer
 from tf_transformer.inputs.corpus import CorpusError
 
-EMBEDDED_TRAIN = os.path.join(EMBEDDED_CORPUS_DIR, "train.tsv")
+EMBEDDED_TRAIN = os.path.join(os.path.dirname(__file__), "..", "..", "data",
+                              "libreoffice-help.en-de", "train.tsv")
 # One line per reason of corpus.py, plus what a real file holds: a byte-order mark, CRLF,
 # a side of Unicode spaces only, an encoded surrogate (invalid UTF-8), tabs inside a side.
 MIXED = ("\ufeffOpen the file.\tÖffnen Sie die Datei.\r\n".encode() + b"no tab here\n"
