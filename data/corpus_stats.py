@@ -4,7 +4,7 @@
       --vocab=runs/spm8k.model --tokens_per_batch=4096
 
 Two lines of space-separated key=value figures: `bucketed` (the training
-pipeline of tf_transformer/pipeline.py, one epoch, no repeat) and `plain`
+pipeline of tf_transformer/inputs/pipeline.py, one epoch, no repeat) and `plain`
 (a fixed number of pairs per batch, tokens_per_batch // longest pair, each batch
 padded to its longest pair). padding_efficiency = non-pad tokens / all padded
 positions of source and target; max_batch_tokens = the largest B * L.
@@ -13,7 +13,7 @@ positions of source and target; max_batch_tokens = the largest B * L.
 from absl import app, flags
 
 from tf_transformer.config import DataConfig
-from tf_transformer.inputs import corpus, pipeline, tokenizer
+from tf_transformer.inputs import corpus, pipeline, stats, tokenizer
 
 DATA = flags.DEFINE_string("data", None,
                            "corpus spec (see tf_transformer/inputs/corpus.py); required")
@@ -24,22 +24,22 @@ BUCKET_MULTIPLE = flags.DEFINE_integer("bucket_multiple", DataConfig.bucket_mult
                                        "bucket boundaries rounded up to this")
 
 
-def format_stats(name: str, stats: dict) -> str:
-    return " ".join([name] + [f"{key}={value}" for key, value in stats.items()])
+def format_stats(name: str, figures: dict) -> str:
+    return " ".join([name] + [f"{key}={value}" for key, value in figures.items()])
 
 
 def main(argv):
     del argv
-    pairs = corpus.read_corpus(DATA.value)
+    pairs = corpus.open_corpus(DATA.value)  # text files stream: any size
     vocab = tokenizer.Tokenizer(VOCAB.value)
     config = DataConfig(max_length=MAX_LENGTH.value, tokens_per_batch=TOKENS_PER_BATCH.value,
                         bucket_multiple=BUCKET_MULTIPLE.value, deterministic=True)
-    skipped = {"skipped": pipeline.count_over_length(pairs, vocab, config.max_length)}
+    skipped = {"skipped": stats.count_over_length(pairs, vocab, config.max_length)}
     bucketed = pipeline.make_dataset(pairs, vocab, config, training=True, repeat=False,
                                            count_skipped=False)
-    plain = pipeline.make_plain_dataset(pairs, vocab, config)
-    print(format_stats("bucketed", {**pipeline.epoch_stats(bucketed), **skipped}))
-    print(format_stats("plain", {**pipeline.epoch_stats(plain), **skipped}))
+    plain = stats.make_plain_dataset(pairs, vocab, config)
+    print(format_stats("bucketed", {**stats.epoch_stats(bucketed), **skipped}))
+    print(format_stats("plain", {**stats.epoch_stats(plain), **skipped}))
 
 
 if __name__ == "__main__":

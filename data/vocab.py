@@ -4,7 +4,9 @@
       --vocab_size=8000 --output=runs/spm8k.model
 
 The paper's sizes (section 5.1): 37000 BPE for WMT EN-DE, 32000 for EN-FR;
-8000 suits the embedded corpus. Ids: <pad>=0 <unk>=1 <s>=2 </s>=3 (config.py).
+8000 suits the embedded corpus. Text files are streamed, never held whole:
+SentencePiece keeps a seeded sample of at most 4M sentences
+(tokenizer.MAX_TRAINING_SENTENCES). Ids: <pad>=0 <unk>=1 <s>=2 </s>=3 (config.py).
 """
 
 from absl import app, flags, logging
@@ -24,14 +26,14 @@ SEED = flags.DEFINE_integer("seed", 1, "SentencePiece random seed")
 
 def main(argv):
     del argv
-    pairs = corpus.read_corpus(DATA.value)
+    pairs = corpus.open_corpus(DATA.value)  # text files stream; SentencePiece samples them
     tokenizer.train_sentencepiece(pairs, VOCAB_SIZE.value, OUTPUT.value,
                                   model_type=MODEL_TYPE.value,
                                   character_coverage=CHARACTER_COVERAGE.value, seed=SEED.value)
     vocab = tokenizer.Tokenizer(OUTPUT.value)
-    logging.info("wrote %s: %d pieces, trained on %d pairs", OUTPUT.value, vocab.vocab_size,
-                 len(pairs))
-    print(f"{OUTPUT.value} vocab_size={vocab.vocab_size} pairs={len(pairs)}")
+    logging.info("wrote %s: %d pieces", OUTPUT.value, vocab.vocab_size)
+    counted = f" pairs={len(pairs)}" if isinstance(pairs, corpus.Corpus) else ""
+    print(f"{OUTPUT.value} vocab_size={vocab.vocab_size}{counted}")
 
 
 if __name__ == "__main__":

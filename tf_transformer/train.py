@@ -50,7 +50,7 @@ def main(argv):
     logging.info("strategy %s with %d replicas", type(strategy).__name__,
                  strategy.num_replicas_in_sync)
 
-    train_corpus = corpus.read_corpus(FLAGS.train_data)
+    train_corpus = corpus.open_corpus(FLAGS.train_data)
     vocab_path = FLAGS.vocab or os.path.join(FLAGS.model_dir, checkpoints.VOCAB_FILE)
     if not os.path.exists(vocab_path):
         logging.info("training a %d-piece vocabulary into %s", FLAGS.vocab_size, vocab_path)

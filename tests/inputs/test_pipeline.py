@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 
 from tf_transformer.config import BOS_ID, EOS_ID, PAD_ID, DataConfig
-from tf_transformer.inputs import corpus, pipeline
+from tf_transformer.inputs import corpus, pipeline, stats
 
 BUDGET = 4096
 CONFIG = DataConfig(tokens_per_batch=BUDGET, deterministic=True)
@@ -36,16 +36,34 @@ def test_bucket_boundaries():
     assert BOUNDARIES[-1] == CONFIG.max_length and BOUNDARIES == sorted(set(BOUNDARIES))
     assert all(b % CONFIG.bucket_multiple == 0 for b in BOUNDARIES) and len(BOUNDARIES) <= 32
     assert pipeline.bucket_boundaries(100, 8, 1.3, 8) == [8, 16, 24, 32, 40, 56, 72, 88, 100]
+    # 8 * 1.1**k rounded up to a multiple of 4, k = 0..37 (8 * 1.1**37 = 272 > 256), and 256.
+    assert BOUNDARIES == [8, 12, 16, 20, 24, 28, 32, 36, 40, 44, 48, 52, 56, 60, 68, 72, 80,
+                          88, 96, 108, 116, 128, 140, 156, 172, 188, 208, 228, 248, 256]
 
 
-def test_no_batch_exceeds_budget_and_shapes_are_bounded(epoch):
+def expected_bucket_sizes(corpus_, tokenizer) -> collections.Counter:
+    """Pairs per bucket boundary, from the tokenised lengths and the boundaries by hand."""
+    source, target = stats.token_lengths(corpus_, tokenizer)
+    lengths = np.maximum(source, target) + 1  # EOS/BOS
+    return collections.Counter(min(b for b in BOUNDARIES if b >= n) for n in lengths)
+
+
+def test_batch_sizes_follow_the_token_budget(epoch, embedded_corpus, tokenizer_8k):
+    """Each bucket: full [BUDGET // L, L] batches, then at most one partial one, last."""
+    sizes = collections.defaultdict(list)  # L -> batch sizes in emission order
     for batch in epoch:
         (size, length), = {batch[k].shape for k in pipeline.KEYS}
         assert size * length <= BUDGET and length in BOUNDARIES
-        assert size == BUDGET // length or size < BUDGET // length  # last, partial batches
-    full = {b["source"].shape for b in epoch
-            if b["source"].shape[0] == BUDGET // b["source"].shape[1]}
-    assert len(full) <= len(BOUNDARIES)
+        sizes[length].append(size)
+    expected = expected_bucket_sizes(embedded_corpus, tokenizer_8k)
+    assert {length: sum(s) for length, s in sizes.items()} == dict(expected)
+    for length, emitted in sizes.items():
+        full, rest = divmod(expected[length], BUDGET // length)
+        assert emitted == [BUDGET // length] * full + ([rest] if rest else []), length
+    shapes = {b["source"].shape for b in epoch}
+    full_shapes = {(BUDGET // n, n) for n, count in expected.items() if count >= BUDGET // n}
+    assert full_shapes <= shapes and len(shapes - full_shapes) == sum(
+        1 for n, count in expected.items() if count % (BUDGET // n))
 
 
 def test_every_valid_example_once_with_eos_and_bos(epoch, embedded_corpus, tokenizer_8k):
@@ -66,7 +84,7 @@ def test_padding_efficiency(epoch, embedded_corpus, tokenizer_8k):
     positions = sum(b["source"].size + b["target_out"].size for b in epoch)
     bucketed = nonpad / positions
     longest = max(max(len(r) for r in rows(b["source"]) + rows(b["target_in"])) for b in epoch)
-    plain = pipeline.epoch_stats(pipeline.make_plain_dataset(
+    plain = stats.epoch_stats(stats.make_plain_dataset(
         embedded_corpus, tokenizer_8k, CONFIG, batch_size=BUDGET // longest))
     assert plain["examples"] == len(embedded_corpus) and plain["max_batch_tokens"] <= BUDGET
     assert bucketed >= 0.85 and bucketed > plain["padding_efficiency"] + 0.3
@@ -75,11 +93,11 @@ def test_padding_efficiency(epoch, embedded_corpus, tokenizer_8k):
 def test_over_length_pairs_are_filtered_and_counted(embedded_corpus, small_tokenizer):
     pairs = subset(embedded_corpus, 1500)
     config = DataConfig(max_length=24, tokens_per_batch=512, deterministic=True)
-    stats = pipeline.epoch_stats(pipeline.make_dataset(
+    figures = stats.epoch_stats(pipeline.make_dataset(
         pairs, small_tokenizer, config, training=True, repeat=False))
-    skipped = pipeline.count_over_length(pairs, small_tokenizer, 24)
-    assert 0 < skipped < len(pairs) and stats["examples"] == len(pairs) - skipped
-    assert stats["max_batch_tokens"] <= 512
+    skipped = stats.count_over_length(pairs, small_tokenizer, 24)
+    assert 0 < skipped < len(pairs) and figures["examples"] == len(pairs) - skipped
+    assert figures["max_batch_tokens"] <= 512
 
 
 def test_seed_makes_order_reproducible(embedded_corpus, small_tokenizer):
@@ -134,9 +152,14 @@ def test_distributed_batches_per_replica(embedded_corpus, small_tokenizer):
         assert source.shape[0] * source.shape[1] <= 512
 
 
-def test_tokens_per_second(embedded_corpus, small_tokenizer):
+def test_tokens_per_second_counts_the_non_pad_tokens(embedded_corpus, small_tokenizer):
     dataset = pipeline.make_dataset(subset(embedded_corpus, 500), small_tokenizer,
-                                          DataConfig(tokens_per_batch=512), training=True,
-                                          repeat=False, count_skipped=False)
-    figures = pipeline.tokens_per_second(dataset)
-    assert figures["tokens_per_second"] > 0 and figures["batches"] > 0
+                                    DataConfig(tokens_per_batch=512), training=False)
+    batches = list(dataset.as_numpy_iterator())
+    figures = stats.tokens_per_second(dataset)
+    nonpad = [np.count_nonzero(b["source"]) + np.count_nonzero(b["target_out"]) for b in batches]
+    assert figures["batches"] == len(batches) - 1  # the first batch starts the clock
+    assert figures["tokens"] == sum(nonpad[1:])
+    seconds = figures["seconds"]  # rounded to 1 ms
+    assert (figures["tokens"] / (seconds + 6e-4) <= figures["tokens_per_second"]
+            <= figures["tokens"] / max(seconds - 6e-4, 1e-9))

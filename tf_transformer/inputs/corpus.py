@@ -8,6 +8,9 @@ Every binary takes its corpus as one spec string (see `read_corpus`):
   tfds:wmt14_translate/en-de:train           the same pairs, en -> de
   SPEC:reverse                               any of the above, directions swapped
 
+`read_corpus` holds the pairs in memory (dev and test sets); `open_corpus`
+streams text files from disk (training corpora of any size, see streamed.py).
+
 A bad pair is skipped and counted under one reason, never dropped silently:
 `no_tab`, `extra_tab` (TSV only), `empty_side`, `invalid_utf8` and `too_long`
 (a side over `max_chars` characters). Blank lines are counted as `blank` but are
@@ -70,17 +73,17 @@ class Corpus:
         yield from self.targets
 
 
-class _Tally:
-    """Collects valid pairs and skip reasons; enforces the mostly-bad rule."""
+class Tally:
+    """Counts lines and skip reasons; enforces the mostly-bad rule. Holds no pairs."""
 
     def __init__(self, name: str, max_chars: int):
         self.name, self.max_chars = name, max_chars
-        self.sources: list[str] = []
-        self.targets: list[str] = []
         self.skipped: collections.Counter = collections.Counter()
         self.lines = 0  # non-blank
+        self.valid = 0
 
-    def add(self, source: str, target: str) -> None:
+    def add(self, source: str, target: str) -> tuple[str, str] | None:
+        """The stripped pair if it is valid, else None (and its reason counted)."""
         self.lines += 1
         source, target = source.strip(), target.strip()
         if not source or not target:
@@ -88,14 +91,16 @@ class _Tally:
         elif len(source) > self.max_chars or len(target) > self.max_chars:
             self.skipped["too_long"] += 1
         else:
-            self.sources.append(source)
-            self.targets.append(target)
+            self.valid += 1
+            return source, target
+        return None
 
     def bad(self, reason: str) -> None:
         self.lines += 1
         self.skipped[reason] += 1
 
-    def finish(self) -> Corpus:
+    def check(self, complete: bool = True) -> dict[str, int]:
+        """Raises CorpusError for an empty, mostly bad or (if `complete`) pairless source."""
         skipped = dict(sorted(self.skipped.items()))
         malformed = sum(skipped.get(r, 0) for r in MALFORMED)
         if self.lines == 0:
@@ -105,9 +110,13 @@ class _Tally:
                 f"{self.name}: mostly bad, {malformed} of {self.lines} non-blank lines are "
                 f"malformed ({skipped}); is this the right file and format "
                 "(UTF-8, `source<TAB>target` a line)?")
-        if not self.sources:
+        if complete and not self.valid:
             raise CorpusError(f"{self.name}: no valid pair left ({skipped})")
-        corpus = Corpus(self.sources, self.targets, skipped, self.name)
+        return skipped
+
+    def finish(self, pairs: list[tuple[str, str]]) -> Corpus:
+        skipped = self.check()
+        corpus = Corpus([s for s, _ in pairs], [t for _, t in pairs], skipped, self.name)
         if corpus.num_skipped:
             logging.warning("%s: %d pairs read, %d skipped %s", self.name, len(corpus),
                             corpus.num_skipped, skipped)
@@ -136,16 +145,17 @@ def _decode(raw: bytes) -> str | None:
         return None
 
 
-def read_tsv(path: str, max_chars: int = DEFAULT_MAX_CHARS) -> Corpus:
-    """Reads `source<TAB>target` lines from `path`."""
-    tally = _Tally(path, max_chars)
+def scan_tsv(path: str, tally: Tally) -> Iterator[tuple[str, str] | None]:
+    """Per line of `path`, its valid pair or None (the reason counted in `tally`)."""
     for raw in _open_lines(path):
         if not raw.strip():
             tally.skipped["blank"] += 1
+            yield None
             continue
         line = _decode(raw)
         if line is None:
             tally.bad("invalid_utf8")
+            yield None
             continue
         fields = line.split("\t")
         if len(fields) < 2:
@@ -153,26 +163,40 @@ def read_tsv(path: str, max_chars: int = DEFAULT_MAX_CHARS) -> Corpus:
         elif len(fields) > 2:
             tally.bad("extra_tab")
         else:
-            tally.add(*fields)
-    return tally.finish()
+            yield tally.add(*fields)
+            continue
+        yield None
+
+
+def scan_parallel(source_path: str, target_path: str,
+                  tally: Tally) -> Iterator[tuple[str, str] | None]:
+    """Per line of two line-aligned files, its valid pair or None (reason in `tally`)."""
+    sources, targets = _open_lines(source_path), _open_lines(target_path)
+    for raw_source, raw_target in _zip_strict(sources, targets, source_path, target_path):
+        if not raw_source.strip() and not raw_target.strip():
+            tally.skipped["blank"] += 1
+            yield None
+            continue
+        source, target = _decode(raw_source), _decode(raw_target)
+        if source is None or target is None:
+            tally.bad("invalid_utf8")
+            yield None
+        else:
+            yield tally.add(source, target)
+
+
+def read_tsv(path: str, max_chars: int = DEFAULT_MAX_CHARS) -> Corpus:
+    """Reads `source<TAB>target` lines from `path`."""
+    tally = Tally(path, max_chars)
+    return tally.finish([pair for pair in scan_tsv(path, tally) if pair])
 
 
 def read_parallel(source_path: str, target_path: str,
                   max_chars: int = DEFAULT_MAX_CHARS) -> Corpus:
     """Reads two line-aligned files; line n of one translates line n of the other."""
-    name = f"{source_path},{target_path}"
-    tally = _Tally(name, max_chars)
-    sources, targets = _open_lines(source_path), _open_lines(target_path)
-    for raw_source, raw_target in _zip_strict(sources, targets, source_path, target_path):
-        if not raw_source.strip() and not raw_target.strip():
-            tally.skipped["blank"] += 1
-            continue
-        source, target = _decode(raw_source), _decode(raw_target)
-        if source is None or target is None:
-            tally.bad("invalid_utf8")
-        else:
-            tally.add(source, target)
-    return tally.finish()
+    tally = Tally(f"{source_path},{target_path}", max_chars)
+    return tally.finish([pair for pair in scan_parallel(source_path, target_path, tally)
+                         if pair])
 
 
 def _zip_strict(a: Iterator[bytes], b: Iterator[bytes], a_name: str,
@@ -211,14 +235,16 @@ def read_tfds_wmt14(pair: str = "de-en", split: str = "train", reverse: bool = F
         source_lang, target_lang = target_lang, source_lang
     name = f"{TFDS_PREFIX}wmt14_translate/{config}:{split} ({source_lang}->{target_lang})"
     dataset = tfds.load(f"wmt14_translate/{config}", split=split, data_dir=data_dir)
-    tally = _Tally(name, max_chars)
+    tally, pairs = Tally(name, max_chars), []
     for example in tfds.as_numpy(dataset):
         source, target = _decode(example[source_lang]), _decode(example[target_lang])
         if source is None or target is None:
             tally.bad("invalid_utf8")
         else:
-            tally.add(source, target)
-    return tally.finish()
+            pair = tally.add(source, target)
+            if pair:
+                pairs.append(pair)
+    return tally.finish(pairs)
 
 
 def read_corpus(spec: str, max_chars: int = DEFAULT_MAX_CHARS) -> Corpus:
@@ -237,12 +263,36 @@ def read_corpus(spec: str, max_chars: int = DEFAULT_MAX_CHARS) -> Corpus:
         if dataset != "wmt14_translate" or not pair:
             raise CorpusError(f"{spec}: only tfds:wmt14_translate/PAIR[:SPLIT] is supported")
         return read_tfds_wmt14(pair, split or "train", reverse=reverse, max_chars=max_chars)
-    if "," in spec and not os.path.exists(spec):
-        source_path, target_path = spec.split(",", 1)
-        corpus = read_parallel(source_path, target_path, max_chars=max_chars)
+    paths, _ = split_spec(spec)
+    if len(paths) == 2:
+        corpus = read_parallel(*paths, max_chars=max_chars)
     else:
-        corpus = read_tsv(spec, max_chars=max_chars)
+        corpus = read_tsv(paths[0], max_chars=max_chars)
     return corpus.reversed() if reverse else corpus
+
+
+def open_corpus(spec: str, max_chars: int = DEFAULT_MAX_CHARS):
+    """The corpus a spec names, streamed from disk for text files (TFDS is read whole).
+
+    Returns an `inputs.streamed.StreamedCorpus` for a TSV or `SRC,TGT` spec
+    (checked now on its first lines, read by tf.data at training time), else
+    the `Corpus` of `read_corpus`. Both work with `tokenizer.train_sentencepiece`
+    and `pipeline.make_dataset`/`dataset_fn`.
+    """
+    if spec.removesuffix(REVERSE_SUFFIX).startswith(TFDS_PREFIX):
+        return read_corpus(spec, max_chars)
+    from tf_transformer.inputs import streamed  # streamed builds on this module
+    return streamed.StreamedCorpus(spec, max_chars)
+
+
+def split_spec(spec: str) -> tuple[list[str], bool]:
+    """A file spec -> ([TSV path] or [source path, target path], reverse)."""
+    reverse = spec.endswith(REVERSE_SUFFIX)
+    if reverse:
+        spec = spec[:-len(REVERSE_SUFFIX)]
+    if "," in spec and not os.path.exists(spec):
+        return spec.split(",", 1), reverse
+    return [spec], reverse
 
 
 def write_tsv(corpus: Corpus | Iterable[tuple[str, str]], path: str) -> None:

@@ -6,12 +6,13 @@ with about 25000 source and 25000 target tokens per batch. Here a pair becomes
   source     = x + [EOS]        target_in  = [BOS] + y        target_out = y + [EOS]
 
 and its length is the longer of source and target_in. Pairs longer than
-`max_length` are skipped in training and counted (`count_over_length`, logged
-once by `make_dataset`). The others go to the bucket of the smallest boundary
->= their length; boundaries grow geometrically by `bucket_step` from
-`min_bucket` to `max_length` and are rounded up to `bucket_multiple` (4: a
-multiple of 8 suits matmuls better but costs 5 points of padding efficiency on
-short segments, see BUILD.md, "Input pipeline"); `max_length` is always the last. A bucket of boundary L emits
+`max_length` are skipped in training, counted as they stream by and logged
+(`streamed.StreamTally`; `stats.count_over_length` counts them ahead). The
+others go to the bucket of the smallest boundary >= their length; boundaries
+grow geometrically by `bucket_step` from `min_bucket` to `max_length` and are
+rounded up to `bucket_multiple` (4: a multiple of 8 suits matmuls better but
+costs 5 points of padding efficiency on short segments, see BUILD.md, "Input
+pipeline"); `max_length` is always the last. A bucket of boundary L emits
 batches of B = tokens_per_batch // L pairs, all three tensors padded with PAD_ID
 to exactly [B, L]; so B * L <= tokens_per_batch (counted on the longer side,
 padding included) and the trainer sees at most one shape per bucket (a shorter
@@ -21,6 +22,9 @@ B only for the last, partial batches of a finite epoch).
 worker (`tf.distribute.InputContext`), shards the pairs by input pipeline and
 emits per-replica batches, which `distribute_datasets_from_function` hands to
 the replicas in turn.
+
+The pairs come from an in-memory `Corpus` or, for training corpora of any
+size, a `StreamedCorpus` read from disk by tf.data (see streamed.py).
 
 Training order: shard, shuffle (seeded, reshuffled each epoch), repeat, tokenise
 (batched, parallel map), filter, pad to max_length and unbatch, bucket, cut to
@@ -34,17 +38,15 @@ every pair: no shuffle, no repeat, deterministic, over-long sides truncated to
 
 from __future__ import annotations
 
-import itertools
 import math
-import time
 from typing import Callable
 
 import numpy as np
 import tensorflow as tf
-from absl import logging
 
 from tf_transformer.config import BOS_ID, EOS_ID, PAD_ID, DataConfig
 from tf_transformer.inputs.corpus import Corpus
+from tf_transformer.inputs.streamed import StreamedCorpus, StreamTally
 from tf_transformer.inputs.tokenizer import Tokenizer
 
 AUTOTUNE = tf.data.AUTOTUNE
@@ -64,12 +66,17 @@ def bucket_boundaries(max_length: int, min_bucket: int = 8, bucket_step: float =
     return sorted(boundaries)
 
 
-def from_corpus(corpus: Corpus, shard: tuple[int, int] = (0, 1)) -> tf.data.Dataset:
-    """Pairs as {"index": int64, "source": string, "target": string}.
+def from_corpus(corpus: Corpus | StreamedCorpus, shard: tuple[int, int] = (0, 1),
+                tally: StreamTally | None = None) -> tf.data.Dataset:
+    """One pass of pairs as {"index": int64, "source": string, "target": string}.
 
-    `shard=(i, n)` keeps pairs i, i+n, ...: sharding the Python lists, rather
-    than the dataset, keeps each worker from reading the others' pairs.
+    `shard=(i, n)` keeps pairs i, i+n, ...: sharding the Python lists (or the
+    file's lines), rather than the pairs, keeps each worker from tokenising the
+    others' pairs. A `StreamedCorpus` is read from disk, counted into `tally`;
+    its "index" is the line number.
     """
+    if isinstance(corpus, StreamedCorpus):
+        return corpus.pairs(shard, tally)
     index, num = shard
     return tf.data.Dataset.from_tensor_slices({
         "index": np.arange(index, len(corpus), num, dtype=np.int64),
@@ -108,10 +115,18 @@ def pair_lengths(pairs: dict[str, tf.Tensor]) -> tf.Tensor:
     return tf.maximum(pairs["source"].row_lengths(), pairs["target_in"].row_lengths())
 
 
-def filter_max_length(max_length: int) -> Transform:
-    """Drops pairs whose longer side exceeds max_length, a whole tokenised batch at once."""
+def filter_max_length(max_length: int, tally: StreamTally | None = None) -> Transform:
+    """Drops pairs whose longer side exceeds max_length, a whole tokenised batch at once.
+
+    With a `tally`, the dropped pairs are counted into it as they go by.
+    """
     def keep(pairs):
         mask = pair_lengths(pairs) <= max_length
+        if tally is not None:
+            over = tf.reduce_sum(tf.cast(~mask, tf.int64))
+            counted = tf.py_function(tally.record_lengths, [tf.size(mask), over], tf.int64)
+            with tf.control_dependencies([counted]):
+                mask = tf.identity(mask)
         return {k: tf.ragged.boolean_mask(v, mask) for k, v in pairs.items()}
 
     return lambda dataset: dataset.map(keep, num_parallel_calls=AUTOTUNE)
@@ -130,7 +145,7 @@ def pad_and_unbatch(max_length: int) -> Transform:
     return lambda dataset: dataset.map(pad, num_parallel_calls=AUTOTUNE).unbatch()
 
 
-def _cut(batch: dict[str, tf.Tensor], length: tf.Tensor) -> dict[str, tf.Tensor]:
+def cut(batch: dict[str, tf.Tensor], length: tf.Tensor) -> dict[str, tf.Tensor]:
     return {"index": batch["index"], **{k: batch[k][:, :length] for k in KEYS}}
 
 
@@ -149,7 +164,7 @@ def bucket_by_length(boundaries: list[int], tokens_per_batch: int) -> Transform:
         return tf.reduce_sum(tf.cast(bounds < pair["length"], tf.int64))
 
     def reduce_fn(key, window):
-        return window.batch(batch_sizes[key]).map(lambda batch: _cut(batch, bounds[key]))
+        return window.batch(batch_sizes[key]).map(lambda batch: cut(batch, bounds[key]))
 
     return lambda dataset: dataset.group_by_window(
         key_fn, reduce_fn, window_size_func=lambda key: batch_sizes[key])
@@ -159,24 +174,25 @@ def drop_index() -> Transform:
     return lambda dataset: dataset.map(lambda batch: {k: batch[k] for k in KEYS})
 
 
-def make_dataset(corpus: Corpus, tokenizer: Tokenizer, data_config: DataConfig, *,
-                 training: bool, input_context: tf.distribute.InputContext | None = None,
+def make_dataset(corpus: Corpus | StreamedCorpus, tokenizer: Tokenizer,
+                 data_config: DataConfig, *, training: bool,
+                 input_context: tf.distribute.InputContext | None = None,
                  repeat: bool | None = None, count_skipped: bool = True) -> tf.data.Dataset:
     """Batches of {"source", "target_in", "target_out"}: int32 [B, L], L a bucket boundary.
 
     `repeat` defaults to `training`. In evaluation the batches also hold
-    "index" [B] (see the module docstring). `count_skipped` makes one extra
-    tokenising pass to log how many training pairs are over `max_length`.
+    "index" [B] (see the module docstring). `count_skipped` counts and logs,
+    as they stream by, the training pairs dropped as over `max_length`.
     """
     repeat = training if repeat is None else repeat
     shard = (0, 1)
     if input_context is not None:
         shard = (input_context.input_pipeline_id, input_context.num_input_pipelines)
-    if training and count_skipped:
-        _log_over_length(corpus, tokenizer, data_config.max_length)
+    name = f"{corpus.name} [{shard[0]}/{shard[1]}]"
+    tally = StreamTally(name)
     boundaries = bucket_boundaries(data_config.max_length, data_config.min_bucket,
                                    data_config.bucket_step, data_config.bucket_multiple)
-    dataset = from_corpus(corpus, shard)
+    dataset = from_corpus(corpus, shard, tally)
     if training:
         dataset = dataset.shuffle(data_config.shuffle_buffer, seed=data_config.seed,
                                   reshuffle_each_iteration=True)
@@ -184,7 +200,8 @@ def make_dataset(corpus: Corpus, tokenizer: Tokenizer, data_config: DataConfig, 
         dataset = dataset.repeat()
     if training:
         dataset = dataset.apply(tokenize(tokenizer))
-        dataset = dataset.apply(filter_max_length(data_config.max_length))
+        dataset = dataset.apply(filter_max_length(data_config.max_length,
+                                                  tally if count_skipped else None))
     else:
         dataset = dataset.apply(tokenize(tokenizer, truncate_to=data_config.max_length))
     dataset = dataset.apply(pad_and_unbatch(data_config.max_length))
@@ -193,108 +210,17 @@ def make_dataset(corpus: Corpus, tokenizer: Tokenizer, data_config: DataConfig, 
         dataset = dataset.apply(drop_index())
     options = tf.data.Options()
     options.deterministic = data_config.deterministic or not training
+    # The skip counters (py_function) are the only external state: an iterator
+    # checkpoint leaves them out, and they restart from zero after a restore.
+    options.experimental_external_state_policy = tf.data.experimental.ExternalStatePolicy.IGNORE
     return dataset.with_options(options).prefetch(AUTOTUNE)
 
 
-def dataset_fn(corpus: Corpus, tokenizer: Tokenizer, data_config: DataConfig,
+def dataset_fn(corpus: Corpus | StreamedCorpus, tokenizer: Tokenizer, data_config: DataConfig,
                training: bool) -> Callable[[tf.distribute.InputContext], tf.data.Dataset]:
     """For `strategy.distribute_datasets_from_function`; tokens_per_batch is per replica."""
-    if training:  # once, not once per worker
-        _log_over_length(corpus, tokenizer, data_config.max_length)
-
     def fn(input_context: tf.distribute.InputContext) -> tf.data.Dataset:
         return make_dataset(corpus, tokenizer, data_config, training=training,
-                            input_context=input_context, count_skipped=False)
+                            input_context=input_context)
 
     return fn
-
-
-def make_plain_dataset(corpus: Corpus, tokenizer: Tokenizer, data_config: DataConfig,
-                       batch_size: int | None = None) -> tf.data.Dataset:
-    """The baseline without bucketing, for comparison: one epoch, shuffled.
-
-    A fixed number of pairs per batch, by default the largest that keeps the
-    longest pair's batch within tokens_per_batch (tokens_per_batch // longest),
-    all three tensors padded to the batch's longest pair (its longer side), as
-    `padded_batch` would, but with one L for source and target as in buckets.
-    """
-    if batch_size is None:
-        source_lengths, target_lengths = token_lengths(corpus, tokenizer)
-        lengths = np.maximum(source_lengths, target_lengths) + 1
-        longest = int(lengths[lengths <= data_config.max_length].max())
-        batch_size = max(1, data_config.tokens_per_batch // longest)
-    dataset = (from_corpus(corpus)
-               .shuffle(data_config.shuffle_buffer, seed=data_config.seed)
-               .apply(tokenize(tokenizer))
-               .apply(filter_max_length(data_config.max_length))
-               .apply(pad_and_unbatch(data_config.max_length))
-               .batch(batch_size)
-               .map(lambda batch: _cut(batch, tf.reduce_max(batch["length"])))
-               .apply(drop_index()))
-    return dataset.prefetch(AUTOTUNE)
-
-
-def token_lengths(corpus: Corpus, tokenizer: Tokenizer) -> tuple[np.ndarray, np.ndarray]:
-    """Tokens per source and per target, without EOS/BOS: int64 [num_pairs] each."""
-    def lengths(pairs):
-        return (tokenizer.tokenize(pairs["source"]).row_lengths(),
-                tokenizer.tokenize(pairs["target"]).row_lengths())
-
-    dataset = (from_corpus(corpus).batch(4 * TOKENIZE_BATCH)
-               .map(lengths, num_parallel_calls=AUTOTUNE, deterministic=True))
-    source, target = zip(*dataset.as_numpy_iterator())
-    return np.concatenate(source), np.concatenate(target)
-
-
-def _log_over_length(corpus: Corpus, tokenizer: Tokenizer, max_length: int) -> None:
-    over = count_over_length(corpus, tokenizer, max_length)
-    logging.info("%s: %d of %d pairs are over max_length=%d tokens and are skipped",
-                 corpus.name, over, len(corpus), max_length)
-
-
-def count_over_length(corpus: Corpus, tokenizer: Tokenizer, max_length: int) -> int:
-    """Pairs a training pipeline skips: a side over max_length with its EOS/BOS."""
-    source, target = token_lengths(corpus, tokenizer)
-    return int(np.sum(np.maximum(source, target) + 1 > max_length))
-
-
-def epoch_stats(dataset: tf.data.Dataset) -> dict[str, float]:
-    """Figures of one finite epoch of batches (see data/corpus_stats.py).
-
-    padding_efficiency = non-pad tokens / all positions, source and target_out
-    together; max_batch_tokens = the largest B * (longer side's padded length);
-    shapes = distinct batch shapes, lengths = distinct padded lengths L.
-    """
-    examples = batches = nonpad = positions = max_tokens = 0
-    shapes, lengths = set(), set()
-    for batch in dataset.as_numpy_iterator():
-        source, target = batch["source"], batch["target_out"]
-        batches += 1
-        examples += source.shape[0]
-        nonpad += int(np.count_nonzero(source != PAD_ID) + np.count_nonzero(target != PAD_ID))
-        positions += source.size + target.size
-        max_tokens = max(max_tokens, source.shape[0] * max(source.shape[1], target.shape[1]))
-        shapes.add((source.shape, target.shape))
-        lengths.add(source.shape[1])
-    return {"examples": examples, "batches": batches, "tokens": nonpad,
-            "max_batch_tokens": max_tokens, "shapes": len(shapes), "lengths": len(lengths),
-            "padding_efficiency": round(nonpad / max(positions, 1), 4)}
-
-
-def tokens_per_second(dataset: tf.data.Dataset, max_batches: int | None = None) -> dict[str, float]:
-    """Throughput of a finite batch dataset: non-pad source + target tokens per second.
-
-    The clock starts once the first batch is out (tracing and start-up excluded);
-    that batch is not counted. Reused by bench/ to compare with a training step.
-    """
-    iterator = iter(dataset)
-    next(iterator)
-    tokens = batches = 0
-    start = time.perf_counter()
-    for batch in itertools.islice(iterator, max_batches):
-        tokens += int(np.count_nonzero(batch["source"].numpy()) +
-                      np.count_nonzero(batch["target_out"].numpy()))
-        batches += 1
-    seconds = time.perf_counter() - start
-    return {"tokens_per_second": round(tokens / max(seconds, 1e-9)), "tokens": tokens,
-            "batches": batches, "seconds": round(seconds, 3)}

@@ -14,50 +14,59 @@ each invalid byte becomes <unk>, so no in-graph sanitising is done.
 from __future__ import annotations
 
 import io
+import itertools
 import os
-from typing import Iterable
+from typing import Iterable, Iterator
 
 import tensorflow as tf
 import tensorflow_text as tf_text
 
 from tf_transformer.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from tf_transformer.inputs import corpus as corpus_lib
+from tf_transformer.inputs.streamed import StreamedCorpus
 
 MODEL_TYPES = ("bpe", "unigram")
 MAX_TRAINING_SENTENCES = 4_000_000  # beyond this, an evenly spaced subset is used
 
 
-def train_sentencepiece(texts_or_corpus: Iterable[str] | corpus_lib.Corpus, vocab_size: int,
-                        output_path: str | None = None, model_type: str = "bpe",
-                        character_coverage: float = 0.9995, seed: int = 1,
-                        max_sentences: int = MAX_TRAINING_SENTENCES) -> bytes:
-    """Trains one vocabulary on `texts` (both sides of a `Corpus`).
+def train_sentencepiece(texts_or_corpus: Iterable[str] | corpus_lib.Corpus | StreamedCorpus,
+                        vocab_size: int, output_path: str | None = None,
+                        model_type: str = "bpe", character_coverage: float = 0.9995,
+                        seed: int = 1, max_sentences: int = MAX_TRAINING_SENTENCES) -> bytes:
+    """Trains one vocabulary on `texts` (both sides of a `Corpus` or `StreamedCorpus`).
 
-    Deterministic: one training thread, a fixed generator seed and, for large
-    corpora, an evenly spaced (not random) subset of `max_sentences` lines.
+    Deterministic: one training thread and a fixed generator seed. Texts in
+    memory beyond `max_sentences` are cut to an evenly spaced (not random)
+    subset; a `StreamedCorpus` is streamed to SentencePiece, which keeps a
+    seeded reservoir sample of `max_sentences`, so the corpus is never held.
     Returns the serialized model and writes it to `output_path` if given.
     """
     import sentencepiece as spm  # training only; serving needs tensorflow_text
 
     if model_type not in MODEL_TYPES:
         raise ValueError(f"model_type must be one of {MODEL_TYPES}, got {model_type!r}")
-    if isinstance(texts_or_corpus, corpus_lib.Corpus):
-        texts = list(texts_or_corpus.texts())
+    sample = {"input_sentence_size": 0, "shuffle_input_sentence": False}
+    if isinstance(texts_or_corpus, StreamedCorpus):
+        texts = _non_empty(texts_or_corpus.texts())
+        sample = {"input_sentence_size": max_sentences, "shuffle_input_sentence": True}
     else:
-        texts = list(texts_or_corpus)
-    if len(texts) > max_sentences:
-        stride = len(texts) / max_sentences
-        texts = [texts[int(i * stride)] for i in range(max_sentences)]
-    if not texts:
-        raise ValueError("no text to train a vocabulary on")
+        if isinstance(texts_or_corpus, corpus_lib.Corpus):
+            texts = list(texts_or_corpus.texts())
+        else:
+            texts = list(texts_or_corpus)
+        if len(texts) > max_sentences:
+            stride = len(texts) / max_sentences
+            texts = [texts[int(i * stride)] for i in range(max_sentences)]
+        if not texts:
+            raise ValueError("no text to train a vocabulary on")
+        texts = iter(texts)
     spm.set_random_generator_seed(seed)
     model = io.BytesIO()
     spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(texts), model_writer=model, vocab_size=vocab_size,
+        sentence_iterator=texts, model_writer=model, vocab_size=vocab_size,
         model_type=model_type, character_coverage=character_coverage,
         pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
-        num_threads=1, input_sentence_size=0, shuffle_input_sentence=False,
-        minloglevel=2)
+        num_threads=1, minloglevel=2, **sample)
     proto = model.getvalue()
     if output_path:
         directory = os.path.dirname(output_path)
@@ -66,6 +75,14 @@ def train_sentencepiece(texts_or_corpus: Iterable[str] | corpus_lib.Corpus, voca
         with tf.io.gfile.GFile(output_path, "wb") as f:
             f.write(proto)
     return proto
+
+
+def _non_empty(texts: Iterator[str]) -> Iterator[str]:
+    """`texts`, or ValueError before SentencePiece sees an empty stream."""
+    first = next(texts, None)
+    if first is None:
+        raise ValueError("no text to train a vocabulary on")
+    return itertools.chain([first], texts)
 
 
 class Tokenizer(tf.Module):

@@ -1,0 +1,277 @@
+"""Corpora streamed from disk: tf.data reads the text files, Python holds no pair.
+
+`corpus.open_corpus(spec)` returns a `StreamedCorpus` for a TSV or `SRC,TGT`
+spec. Opening it reads only the first PROBE_LINES lines, with the rules of
+corpus.py, so a missing, empty or mostly bad file fails at once with the same
+`CorpusError` as `read_corpus`. Training reads it with `pairs(shard, tally)`:
+
+  TextLineDataset -> enumerate (the line number is the pair's "index")
+  -> shard by input pipeline (line i goes to pipeline i % n)
+  -> LINE_BATCH lines at a time, classified in the graph by the same rules as
+     corpus.py (blank, no_tab, extra_tab, empty_side, invalid_utf8, too_long)
+  -> counted into a `StreamTally` as they go by, kept pairs unbatched.
+
+A `StreamTally` logs its counts every REPORT_EVERY lines and at the end of each
+pass, where the mostly-bad and no-valid-pair rules are checked over the whole
+pass (raising `CorpusError` through the iterator). The pipeline also counts
+there the pairs it drops as over `max_length` tokens, so no start-up
+tokenising pass is needed. `texts()` streams both sides in Python for
+SentencePiece, which samples them itself (tokenizer.py).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Iterator
+
+import numpy as np
+import tensorflow as tf
+from absl import logging
+
+from tf_transformer.inputs import corpus as corpus_lib
+from tf_transformer.inputs.corpus import MALFORMED, CorpusError
+
+LINE_REASONS = ("blank", "no_tab", "extra_tab", "empty_side", "invalid_utf8", "too_long")
+VALID = len(LINE_REASONS)  # the code of a kept line; counts are [reasons..., valid]
+LINE_BATCH = 1024  # lines per classifying call: amortises per-call overhead
+PROBE_LINES = 10_000
+REPORT_EVERY = 1_000_000  # lines (or tokenised pairs) between progress logs
+_ASCII_SPACE = r"[ \t\n\r\x0b\x0c]*"  # bytes.strip()
+_SPACE = r"[\t-\r\x{1c}-\x{1f}\x{85}\p{Z}]"  # str.strip(): str.isspace() characters
+_STRIP = rf"^{_SPACE}+|{_SPACE}+$"
+_UTF8 = r"[\x{0}-\x{D7FF}\x{E000}-\x{10FFFF}]*"  # bytes.decode("utf-8") accepts: no surrogates
+
+
+class StreamTally:
+    """Skip counts of one stream, fed batch by batch from tf.data; thread-safe."""
+
+    def __init__(self, name: str, report_every: int = REPORT_EVERY):
+        self.name, self.report_every = name, report_every
+        self._lock = threading.Lock()
+        self._counts = np.zeros(VALID + 1, np.int64)  # this pass
+        self.last_pass: dict[str, int] | None = None  # reason -> count, "valid" included
+        self.passes = 0
+        self.tokenized = self.over_length = 0  # cumulative, counted after the shuffle
+        self._lines = 0  # cumulative, for the report cadence
+        self._whole = False  # this pass was started here, not restored mid-way
+        self._next_report = report_every
+
+    def record(self, counts: np.ndarray | tf.Tensor) -> np.int64:
+        """Adds one batch's [reasons..., valid] line counts."""
+        with self._lock:
+            counts = np.asarray(counts, np.int64)
+            self._counts += counts
+            self._lines += int(counts.sum())
+            self._maybe_report()
+        return np.int64(0)
+
+    def record_lengths(self, checked: np.ndarray | tf.Tensor,
+                       over: np.ndarray | tf.Tensor) -> np.int64:
+        """Adds `over` of `checked` tokenised pairs over max_length (dropped)."""
+        with self._lock:
+            self.tokenized += int(checked)
+            self.over_length += int(over)
+            self._maybe_report()
+        return np.int64(0)
+
+    def _seen(self) -> int:
+        return self._lines + self.tokenized
+
+    def _maybe_report(self) -> None:
+        if self._seen() >= self._next_report:
+            self._next_report = self._seen() + self.report_every
+            logging.info("%s: %s", self.name, self._summary(self._counts))
+
+    def _summary(self, counts: np.ndarray) -> str:
+        reasons = {r: int(n) for r, n in zip(LINE_REASONS, counts) if n}
+        return (f"pass {self.passes + 1}: {int(counts[:VALID].sum() + counts[VALID])} lines, "
+                f"{int(counts[VALID])} pairs kept, skipped {reasons}; over max_length so far "
+                f"{self.over_length} of {self.tokenized} tokenised pairs")
+
+    def start_pass(self) -> np.int64:
+        with self._lock:
+            self._counts[:] = 0
+            self._whole = True
+        return np.int64(0)
+
+    def end_pass(self) -> np.int64:
+        """Logs the pass's counts; CorpusError if it was empty, mostly bad or pairless.
+
+        A pass entered by restoring an iterator checkpoint (no start seen here)
+        covers only the lines read since: it is logged, not judged.
+        """
+        with self._lock:
+            counts, self._counts = self._counts, np.zeros_like(self._counts)
+            whole, self._whole = self._whole, False
+            skipped = {r: int(n) for r, n in zip(LINE_REASONS, counts) if n}
+            lines = int(counts.sum() - counts[0])  # non-blank
+            malformed = sum(skipped.get(r, 0) for r in MALFORMED)
+            if whole and (lines == 0 or malformed * 2 > lines or not counts[VALID]):
+                raise CorpusError(f"{self.name}: {lines} non-blank lines, {malformed} "
+                                  f"malformed, {int(counts[VALID])} kept {skipped}: empty, "
+                                  "mostly bad or no valid pair")
+            logging.info("%s: end of %s%s", self.name, self._summary(counts),
+                         "" if whole else " (resumed: lines since the restore only)")
+            if whole:
+                self.last_pass = {**skipped, "valid": int(counts[VALID])}
+            self.passes += 1
+        return np.int64(0)
+
+
+class StreamedCorpus:
+    """A TSV or SRC,TGT corpus read from disk each pass; holds paths, never pairs."""
+
+    def __init__(self, spec: str, max_chars: int = corpus_lib.DEFAULT_MAX_CHARS,
+                 probe_lines: int = PROBE_LINES):
+        self.paths, self.reverse = corpus_lib.split_spec(spec)
+        self.name, self.max_chars = spec, max_chars
+        self.tallies: dict[tuple[int, int], StreamTally] = {}  # shard -> its latest pipeline's
+        self._probe(probe_lines)
+
+    def _scan(self, tally: corpus_lib.Tally) -> Iterator[tuple[str, str] | None]:
+        if len(self.paths) == 2:
+            scan = corpus_lib.scan_parallel(*self.paths, tally)
+        else:
+            scan = corpus_lib.scan_tsv(self.paths[0], tally)
+        for pair in scan:
+            yield pair[::-1] if pair and self.reverse else pair
+
+    def _probe(self, probe_lines: int) -> None:
+        tally = corpus_lib.Tally(self.name, self.max_chars)
+        lines = 0
+        for lines, _ in enumerate(self._scan(tally), start=1):
+            if lines >= probe_lines:
+                tally.check(complete=False)
+                return
+        tally.check(complete=True)  # the whole file was read
+
+    @property
+    def skipped(self) -> dict[str, int]:
+        """Reason -> count over the last complete pass of every shard (blank included)."""
+        total: dict[str, int] = {}
+        for tally in self.tallies.values():
+            for reason, n in (tally.last_pass or {}).items():
+                if reason != "valid":
+                    total[reason] = total.get(reason, 0) + n
+        return dict(sorted(total.items()))
+
+    def texts(self) -> Iterator[str]:
+        """Both sides of each valid pair, read in Python as the file streams by."""
+        tally = corpus_lib.Tally(self.name, self.max_chars)
+        for pair in self._scan(tally):
+            if pair:
+                yield from pair
+        skipped = tally.check()
+        logging.info("%s: %d pairs read, skipped %s", self.name, tally.valid, skipped)
+
+    def pairs(self, shard: tuple[int, int] = (0, 1),
+              tally: StreamTally | None = None) -> tf.data.Dataset:
+        """One pass of {"index": int64 line number, "source", "target": string}.
+
+        `shard=(i, n)` keeps lines i, i+n, ...; `tally` (new if None) counts them.
+        """
+        index, num = shard
+        if tally is None:
+            tally = StreamTally(f"{self.name} [{index}/{num}]")
+        self.tallies[shard] = tally
+        if len(self.paths) == 2:
+            lines = _aligned(*self.paths).enumerate().shard(num, index).batch(LINE_BATCH)
+            classified = lines.map(lambda i, pair: classify_parallel(
+                i, pair[0], pair[1], pair[2], pair[3], self.paths, self.max_chars),
+                num_parallel_calls=tf.data.AUTOTUNE)
+        else:
+            lines = tf.data.TextLineDataset(self.paths[0]).enumerate()
+            classified = lines.shard(num, index).batch(LINE_BATCH).map(
+                lambda i, raw: classify_tsv(i, raw, self.max_chars),
+                num_parallel_calls=tf.data.AUTOTUNE)
+
+        def keep(i, source, target, code):
+            counts = tf.math.bincount(code, minlength=VALID + 1, maxlength=VALID + 1,
+                                      dtype=tf.int64)
+            recorded = tf.py_function(tally.record, [counts], tf.int64)
+            with tf.control_dependencies([recorded]):
+                mask = tf.equal(code, VALID)
+            if self.reverse:
+                source, target = target, source
+            return {"index": i[mask], "source": source[mask], "target": target[mask]}
+
+        def marker(call):  # an empty batch whose only effect is `call`
+            def fn(_):
+                done = tf.py_function(call, [], tf.int64)
+                with tf.control_dependencies([done]):
+                    return {"index": tf.zeros([0], tf.int64), "source": tf.zeros([0], tf.string),
+                            "target": tf.zeros([0], tf.string)}
+            return tf.data.Dataset.from_tensors(0).map(fn)
+
+        return (marker(tally.start_pass).concatenate(classified.map(keep))
+                .concatenate(marker(tally.end_pass)).unbatch())
+
+
+def _strip(text: tf.Tensor) -> tf.Tensor:
+    return tf.strings.regex_replace(text, _STRIP, "")
+
+
+def _side_code(source: tf.Tensor, target: tf.Tensor, max_chars: int) -> tf.Tensor:
+    """empty_side, too_long or valid for stripped sides, as corpus.Tally.add."""
+    empty = tf.equal(source, "") | tf.equal(target, "")
+    too_long = ((tf.strings.length(source, unit="UTF8_CHAR") > max_chars)
+                | (tf.strings.length(target, unit="UTF8_CHAR") > max_chars))
+    return tf.where(empty, LINE_REASONS.index("empty_side"),
+                    tf.where(too_long, LINE_REASONS.index("too_long"), VALID))
+
+
+def _valid_utf8(raw: tf.Tensor) -> tf.Tensor:
+    # RE2 matches only well-formed UTF-8 (8x faster here than unicode_transcode).
+    return tf.strings.regex_full_match(raw, _UTF8)
+
+
+def _without_bom(index: tf.Tensor, raw: tf.Tensor) -> tf.Tensor:
+    """Drops a UTF-8 byte-order mark from line 0; only the batch holding it pays."""
+    def strip():
+        return tf.where(tf.equal(index, 0), tf.strings.regex_replace(raw, "^\ufeff", ""), raw)
+
+    return tf.cond(tf.reduce_any(tf.equal(index, 0)), strip, lambda: raw)
+
+
+def classify_tsv(index: tf.Tensor, raw: tf.Tensor, max_chars: int):
+    """[n] raw lines -> (index, source, target, code): the rules of corpus.scan_tsv."""
+    raw = _without_bom(index, raw)
+    fields = tf.strings.split(raw, "\t", maxsplit=2)
+    padded = fields.to_tensor("", shape=[None, 3])
+    source, target = _strip(padded[:, 0]), _strip(padded[:, 1])
+    count = fields.row_lengths()
+    code = tf.where(count < 2, LINE_REASONS.index("no_tab"),
+                    tf.where(count > 2, LINE_REASONS.index("extra_tab"),
+                             _side_code(source, target, max_chars)))
+    code = tf.where(_valid_utf8(raw), code, LINE_REASONS.index("invalid_utf8"))
+    code = tf.where(tf.strings.regex_full_match(raw, _ASCII_SPACE), 0, code)
+    return index, source, target, code
+
+
+def classify_parallel(index, raw_source, raw_target, has_source, has_target,
+                      paths: list[str], max_chars: int):
+    """[n] aligned raw lines -> (index, source, target, code), as corpus.scan_parallel."""
+    aligned = tf.reduce_all(tf.equal(has_source, has_target))
+    check = tf.debugging.Assert(aligned, [f"{paths[0]},{paths[1]}: not line-aligned, "
+                                          "one file ends before line",
+                                          index[tf.argmax(has_source != has_target)] + 1])
+    with tf.control_dependencies([check]):
+        raw_source = _without_bom(index, raw_source)
+    raw_target = _without_bom(index, raw_target)
+    source, target = _strip(raw_source), _strip(raw_target)
+    code = _side_code(source, target, max_chars)
+    code = tf.where(_valid_utf8(raw_source) & _valid_utf8(raw_target), code,
+                    LINE_REASONS.index("invalid_utf8"))
+    blank = (tf.strings.regex_full_match(raw_source, _ASCII_SPACE)
+             & tf.strings.regex_full_match(raw_target, _ASCII_SPACE))
+    return index, source, target, tf.where(blank, 0, code)
+
+
+def _aligned(source_path: str, target_path: str) -> tf.data.Dataset:
+    """(source, target, has_source, has_target) per line until both files end."""
+    def side(path):
+        lines = tf.data.TextLineDataset(path).map(lambda line: (line, True))
+        return lines.concatenate(tf.data.Dataset.from_tensors((tf.constant(""), False)).repeat())
+
+    both = tf.data.Dataset.zip(side(source_path), side(target_path))
+    return both.take_while(lambda s, t: s[1] | t[1]).map(lambda s, t: (s[0], t[0], s[1], t[1]))
