@@ -15,6 +15,7 @@ import time
 import pytest
 import tensorflow as tf
 from conftest import EMBEDDED_CORPUS_DIR, REPO_ROOT
+from test_trainer import read_scalars
 
 pytestmark = pytest.mark.slow
 
@@ -82,7 +83,10 @@ def test_progress_lines_and_sigterm_checkpoint_then_resume(tmp_path, train_tsv, 
     for key in ("step=", "loss=", "lr=", "tokens_per_sec=", "ms_per_step="):
         assert key in lines[0]
     assert tf.train.latest_checkpoint(model_dir).endswith(f"ckpt-{stopped + 2}")
-    assert os.listdir(os.path.join(model_dir, "train"))  # TensorBoard summaries
+    scalars = read_scalars(os.path.join(model_dir, "train"))  # TensorBoard, both runs
+    assert set(scalars["loss"]) >= {1, 2, 3, stopped + 1, stopped + 2}
+    resumed_loss = float(lines[0].split("loss=")[1].split()[0])
+    assert abs(scalars["loss"][stopped + 1] - resumed_loss) < 1e-5
 
 
 def test_kill_9_loses_at_most_one_interval(tmp_path, train_tsv, spm_model_path):
