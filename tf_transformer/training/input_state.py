@@ -27,6 +27,7 @@ class InputCheckpoint:
         self.max_to_keep = max_to_keep
         self.manager = None
         self.last_save = {"bytes": 0, "seconds": 0.0}
+        self.restored_step: int | None = None
 
     def has(self, step: int) -> bool:
         """Whether a saved position for exactly `step` exists."""
@@ -41,6 +42,7 @@ class InputCheckpoint:
     def restore(self, step: int) -> None:
         path = self.manager.latest_checkpoint
         self.manager.checkpoint.restore(path).assert_consumed()
+        self.restored_step = step
         logging.info("restored the input position of step %d from %s", step, path)
 
     def save(self, step: int) -> str | None:
