@@ -160,7 +160,8 @@ def test_recipe_flag_files_hold_the_papers_numbers(recipe, expected):
         "print(json.dumps({'d_model': c.model.d_model, 'max_steps': c.train.max_steps,"
         " 'dropout': c.model.dropout, 'average_last': c.train.average_last,"
         " 'ls': c.train.label_smoothing, 'warmup': c.train.warmup_steps,"
-        " 'tokens': c.data.tokens_per_batch, 'vocab': c.model.vocab_size}))\n")
+        " 'tokens': c.data.tokens_per_batch, 'vocab': c.model.vocab_size,"
+        " 'accum': c.train.accum_steps}))\n")
     flagfile = os.path.join(REPO_ROOT, "tf_transformer", "recipes", recipe + ".flags")
     result = subprocess.run([sys.executable, "-c", script, f"--flagfile={flagfile}",
                              "--model_dir=x"], cwd=REPO_ROOT, capture_output=True, text=True,
@@ -168,5 +169,7 @@ def test_recipe_flag_files_hold_the_papers_numbers(recipe, expected):
     assert result.returncode == 0, result.stderr[-2000:]
     got = json.loads(result.stdout.strip().splitlines()[-1])
     assert {k: got[k] for k in expected} == expected
-    assert (got["ls"], got["warmup"], got["tokens"] * 8) == (0.1, 4000, 25000)
+    assert (got["ls"], got["warmup"], got["tokens"] * 8 * got["accum"]) == (0.1, 4000, 25000)
+    with open(flagfile, encoding="utf-8") as f:  # the file says how the 25k are reached
+        assert "tokens_per_batch (per replica) x replicas x accum_steps" in f.read()
     assert got["vocab"] == (32000 if "en_fr" in recipe else 37000)

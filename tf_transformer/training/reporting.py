@@ -21,16 +21,20 @@ import tensorflow as tf
 KNOWN_PEAK_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0}
 
 
+def peak_for(device_name: str) -> float | None:
+    """The known peak of a device name such as "NVIDIA H100 80GB HBM3"; None if unknown."""
+    for key, peak in KNOWN_PEAK_TFLOPS.items():
+        if key in device_name:
+            return peak
+    return None
+
+
 def default_peak_tflops() -> float | None:
     """The peak of the first GPU when its name is known; None on CPU (no MFU)."""
     gpus = tf.config.list_physical_devices("GPU")
     if not gpus:
         return None
-    name = tf.config.experimental.get_device_details(gpus[0]).get("device_name", "")
-    for key, peak in KNOWN_PEAK_TFLOPS.items():
-        if key in name:
-            return peak
-    return None
+    return peak_for(tf.config.experimental.get_device_details(gpus[0]).get("device_name", ""))
 
 
 class ProgressReporter:
@@ -75,7 +79,7 @@ class ProgressReporter:
         if self._flops:
             tflops = self._flops / elapsed / 1e12
             scalars["model_tflops"] = tflops
-            line += f" model_tflops={tflops:.3f}"
+            line += f" model_tflops={tflops:.4g}"
             if self.peak_tflops:
                 scalars["mfu"] = tflops / (self.peak_tflops * self.replicas)
                 line += f" mfu={scalars['mfu']:.3f}"
