@@ -4,7 +4,7 @@ import dataclasses
 
 import numpy as np
 import tensorflow as tf
-from test_trainer import MODEL, STEPS, _batch, _config, _dataset_fn, _weights
+from test_trainer import MODEL, STEPS, _batch, _dataset_fn, _weights
 
 from tf_transformer.config import Config, TrainConfig
 from tf_transformer.training.trainer import Trainer

@@ -11,10 +11,11 @@ import signal
 
 import pytest
 import tensorflow as tf
-from test_train_binary import (  # noqa: F401 (train_tsv: a fixture)
-    _command, _env, _free_ports, _start, _wait_for_step, train_tsv)
+from test_train_binary import _command, _env, _free_ports, _start, _wait_for_step
+from test_train_binary import train_tsv as _train_tsv
 
 pytestmark = pytest.mark.slow
+train_tsv = _train_tsv  # the same fixture: 300 embedded pairs
 
 
 def _workers(tmp_path, train_tsv, vocab, *extra):
@@ -41,7 +42,7 @@ def _finish(processes, timeout=240):
             raise
     for p, out in zip(processes, outputs):
         assert p.returncode == 0, out[-3000:]
-    done = [[l for l in out.splitlines() if l.startswith("done step=")][0] for out in outputs]
+    done = [next(l for l in out.splitlines() if l.startswith("done step=")) for out in outputs]
     steps = [int(d.split()[1].split("=")[1]) for d in done]
     assert steps[0] == steps[1]  # the same step on both
     return steps[0], done, outputs

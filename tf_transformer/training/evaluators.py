@@ -7,7 +7,7 @@ logging a line and writing the scalars to TensorBoard.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import keras
 import tensorflow as tf
@@ -54,7 +54,7 @@ class Evaluations:
         if self.evaluate_fn is None:
             return
         metrics = self.evaluate_fn(self.model)
-        self.log_fn("eval step=%d %s" % (step, " ".join(f"{k}={v:.4f}" for k, v in metrics.items())))
+        self.log_fn(f"eval step={step} " + " ".join(f"{k}={v:.4f}" for k, v in metrics.items()))
         with self.writer.as_default(step=step):
             for name, value in metrics.items():
                 tf.summary.scalar(name, value)

@@ -57,7 +57,7 @@ class SignalWatch:
         logging.warning("received signal %d: checkpointing and stopping after this step", signum)
         self.received = signum
 
-    def __enter__(self) -> "SignalWatch":
+    def __enter__(self):
         self._previous = {s: signal.getsignal(s) for s in self.SIGNALS}
         for s in self.SIGNALS:
             signal.signal(s, self._on_signal)

@@ -13,7 +13,7 @@ loss_scale appears under mixed_float16; MFU against `peak_tflops` per replica
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import tensorflow as tf
 

@@ -19,7 +19,7 @@ import math
 import os
 import random
 import shutil
-from typing import Callable
+from collections.abc import Callable
 
 import keras
 import numpy as np
@@ -286,7 +286,8 @@ class Trainer:
                     if agreed[CHECKPOINT_TIME] or (checkpoints.step_due(step) and not skipped):
                         path, saved = self.save(), True
                         checkpoints.reset()
-                    evaluations.after_step(step, saved)
+                    if saved or not skipped:
+                        evaluations.after_step(step, saved)
                     if agreed[SIGNAL] or agreed[BUDGET]:
                         stopped_by = "signal" if agreed[SIGNAL] else "max_minutes"
                         break
