@@ -1,6 +1,7 @@
 """Trains a Transformer: `python -m tf_transformer.train --train_data=... --model_dir=...`.
 
-Progress lines hold step=, loss=, lr=, tokens_per_sec=, ms_per_step=.
+Progress lines hold step=, loss=, lr=, tokens_per_sec=, tokens_per_sec_per_replica=,
+ms_per_step=, grad_norm=, skipped_steps= (and loss_scale=, model_tflops=, mfu=).
 SIGTERM or Ctrl-C checkpoints and exits cleanly; rerunning resumes.
 Paper recipes: --flagfile=tf_transformer/recipes/wmt14_en_de_base.flags (and _big, en_fr).
 """
@@ -25,6 +26,9 @@ flags.DEFINE_integer("dev_bleu_sentences", 200,
 flags.DEFINE_enum("strategy", "auto", ["auto", "one_device", "mirrored", "multi_worker"],
                   "Distribution strategy (multi_worker reads TF_CONFIG).")
 flags.DEFINE_integer("cpu_devices", 0, "Split the CPU into N logical devices (mirrored on CPU).")
+flags.DEFINE_float("peak_tflops", None,
+                   "Peak TFLOP/s of one device for the log's MFU (default: known for A100 312, "
+                   "H100 989 bfloat16 dense; none on CPU).")
 flags.DEFINE_integer("intra_op_threads", 0, "TensorFlow intra-op threads (0: default).")
 flags.DEFINE_integer("inter_op_threads", 0, "TensorFlow inter-op threads (0: default).")
 flags_lib.define_model_flags()
@@ -39,7 +43,8 @@ def main(argv):
 
     from tf_transformer.inputs import corpus, pipeline, tokenizer
     from tf_transformer.training import checkpoints, distribution
-    from tf_transformer.training.trainer import NonFiniteLossError, Trainer, dev_loss_fn
+    from tf_transformer.training.evaluators import dev_loss_fn
+    from tf_transformer.training.trainer import NonFiniteLossError, Trainer
 
     if FLAGS.intra_op_threads:
         tf.config.threading.set_intra_op_parallelism_threads(FLAGS.intra_op_threads)
@@ -53,8 +58,13 @@ def main(argv):
     train_corpus = corpus.open_corpus(FLAGS.train_data)
     vocab_path = FLAGS.vocab or os.path.join(FLAGS.model_dir, checkpoints.VOCAB_FILE)
     if not os.path.exists(vocab_path):
-        logging.info("training a %d-piece vocabulary into %s", FLAGS.vocab_size, vocab_path)
-        tokenizer.train_sentencepiece(train_corpus, FLAGS.vocab_size, vocab_path)
+        if distribution.is_chief(strategy):  # the other workers wait for its file
+            logging.info("training a %d-piece vocabulary into %s", FLAGS.vocab_size, vocab_path)
+            os.makedirs(os.path.dirname(vocab_path) or ".", exist_ok=True)
+            tokenizer.train_sentencepiece(train_corpus, FLAGS.vocab_size, vocab_path + ".tmp")
+            os.replace(vocab_path + ".tmp", vocab_path)
+        else:
+            distribution.wait_for_file(vocab_path)
     tok = tokenizer.Tokenizer(vocab_path)
     config = flags_lib.with_vocab_size(flags_lib.config_from_flags(), tok.vocab_size)
     if distribution.is_chief(strategy):
@@ -72,11 +82,12 @@ def main(argv):
                 dev_corpus, tok, config, FLAGS.dev_bleu_sentences))
 
     def train_dataset_fn(start_step):
-        # Resuming starts a new, differently seeded pass over the data.
+        # 0 when the trainer restores the saved input position; otherwise (a
+        # checkpoint without one) resuming starts a new, differently seeded pass.
         data = dataclasses.replace(config.data, seed=config.data.seed + start_step)
         return pipeline.dataset_fn(train_corpus, tok, data, training=True)
 
-    trainer = Trainer(config, FLAGS.model_dir, strategy)
+    trainer = Trainer(config, FLAGS.model_dir, strategy, peak_tflops=FLAGS.peak_tflops)
     try:
         result = trainer.train(train_dataset_fn, config.train.max_steps, FLAGS.max_minutes,
                                evaluate_fn=evaluate_fn, eval_every=FLAGS.eval_every,

@@ -15,6 +15,7 @@ import time
 import pytest
 import tensorflow as tf
 from conftest import EMBEDDED_CORPUS_DIR, REPO_ROOT
+from test_trainer import read_scalars
 
 pytestmark = pytest.mark.slow
 
@@ -82,7 +83,10 @@ def test_progress_lines_and_sigterm_checkpoint_then_resume(tmp_path, train_tsv, 
     for key in ("step=", "loss=", "lr=", "tokens_per_sec=", "ms_per_step="):
         assert key in lines[0]
     assert tf.train.latest_checkpoint(model_dir).endswith(f"ckpt-{stopped + 2}")
-    assert os.listdir(os.path.join(model_dir, "train"))  # TensorBoard summaries
+    scalars = read_scalars(os.path.join(model_dir, "train"))  # TensorBoard, both runs
+    assert set(scalars["loss"]) >= {1, 2, 3, stopped + 1, stopped + 2}
+    resumed_loss = float(lines[0].split("loss=")[1].split()[0])
+    assert abs(scalars["loss"][stopped + 1] - resumed_loss) < 1e-5
 
 
 def test_kill_9_loses_at_most_one_interval(tmp_path, train_tsv, spm_model_path):
@@ -156,7 +160,8 @@ def test_recipe_flag_files_hold_the_papers_numbers(recipe, expected):
         "print(json.dumps({'d_model': c.model.d_model, 'max_steps': c.train.max_steps,"
         " 'dropout': c.model.dropout, 'average_last': c.train.average_last,"
         " 'ls': c.train.label_smoothing, 'warmup': c.train.warmup_steps,"
-        " 'tokens': c.data.tokens_per_batch, 'vocab': c.model.vocab_size}))\n")
+        " 'tokens': c.data.tokens_per_batch, 'vocab': c.model.vocab_size,"
+        " 'accum': c.train.accum_steps}))\n")
     flagfile = os.path.join(REPO_ROOT, "tf_transformer", "recipes", recipe + ".flags")
     result = subprocess.run([sys.executable, "-c", script, f"--flagfile={flagfile}",
                              "--model_dir=x"], cwd=REPO_ROOT, capture_output=True, text=True,
@@ -164,5 +169,7 @@ def test_recipe_flag_files_hold_the_papers_numbers(recipe, expected):
     assert result.returncode == 0, result.stderr[-2000:]
     got = json.loads(result.stdout.strip().splitlines()[-1])
     assert {k: got[k] for k in expected} == expected
-    assert (got["ls"], got["warmup"], got["tokens"] * 8) == (0.1, 4000, 25000)
+    assert (got["ls"], got["warmup"], got["tokens"] * 8 * got["accum"]) == (0.1, 4000, 25000)
+    with open(flagfile, encoding="utf-8") as f:  # the file says how the 25k are reached
+        assert "tokens_per_batch (per replica) x replicas x accum_steps" in f.read()
     assert got["vocab"] == (32000 if "en_fr" in recipe else 37000)

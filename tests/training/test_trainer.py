@@ -1,6 +1,7 @@
 """The trainer: replica-count invariance, accumulation, resume, averaging, NaN guard."""
 
 import dataclasses
+import os
 
 import numpy as np
 import pytest
@@ -52,15 +53,16 @@ def _concat(a, b):
     return {k: np.concatenate([a[k], b[k]]) for k in a}
 
 
-def _dataset_fn(batches, per_step=1):
-    """A repeating dataset of the given batches; on resume skips what earlier steps consumed."""
+def _dataset_fn(batches):
+    """A repeating dataset of the given batches (tf.data can save its position)."""
     def for_start(start_step):
+        assert start_step == 0  # the trainer restores the saved position
         def fn(input_context):
             del input_context
-            ds = tf.data.Dataset.from_generator(
-                lambda: iter(batches),
-                output_signature={k: tf.TensorSpec([None, None], tf.int32) for k in batches[0]})
-            return ds.repeat().skip(start_step * per_step)
+            ds = tf.data.Dataset.from_tensors(batches[0])
+            for batch in batches[1:]:
+                ds = ds.concatenate(tf.data.Dataset.from_tensors(batch))
+            return ds.repeat()
         return fn
     return for_start
 
@@ -184,3 +186,32 @@ def test_model_dir_for_another_model_is_refused(tmp_path):
         checkpoints.prepare_model_dir(str(tmp_path), bigger, b"vocab-a")
     with pytest.raises(ConfigError, match="another vocabulary"):
         checkpoints.prepare_model_dir(str(tmp_path), config, b"vocab-b")
+
+
+def read_scalars(logdir):
+    """{tag: {step: value}} of every scalar summary in the event files of `logdir`."""
+    scalars = {}
+    for name in sorted(os.listdir(logdir)):
+        for event in tf.compat.v1.train.summary_iterator(os.path.join(logdir, name)):
+            for value in event.summary.value:
+                scalars.setdefault(value.tag, {})[event.step] = float(
+                    tf.make_ndarray(value.tensor))
+    return scalars
+
+
+def test_tensorboard_scalars_hold_the_logged_loss_and_the_schedule(tmp_path):
+    device = tf.distribute.OneDeviceStrategy("/cpu:0")
+    lines = []
+    trainer = Trainer(_config(), str(tmp_path), device)
+    trainer.train(_dataset_fn([_concat(*pair) for pair in STEPS]), max_steps=3,
+                  log_fn=lines.append)
+    scalars = read_scalars(str(tmp_path / "train"))
+    logged = {int(l.split()[0][5:]): float(l.split("loss=")[1].split()[0]) for l in lines}
+    assert sorted(scalars["loss"]) == [1, 2, 3] == sorted(logged)
+    for step, loss in logged.items():
+        assert scalars["loss"][step] == pytest.approx(loss, abs=1e-5)
+        # The rate the next update uses: iterations = step, schedule counts from 1.
+        assert scalars["learning_rate"][step] == pytest.approx(
+            16 ** -0.5 * min((step + 1) ** -0.5, (step + 1) * 10 ** -1.5), rel=1e-5)
+    assert scalars["skipped_steps"] == {1: 0.0, 2: 0.0, 3: 0.0}
+    assert all(v > 0 for v in scalars["tokens_per_sec"].values())

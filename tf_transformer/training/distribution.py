@@ -2,6 +2,7 @@
 
 import json
 import os
+import time
 
 import tensorflow as tf
 from absl import logging
@@ -56,3 +57,21 @@ def is_chief(strategy: tf.distribute.Strategy) -> bool:
         return True
     return resolver.task_type in (None, "chief") or (
         resolver.task_type == "worker" and resolver.task_id == 0)
+
+
+def local_replicas(strategy: tf.distribute.Strategy) -> int:
+    """Replicas of this worker (all of them but under MultiWorkerMirroredStrategy)."""
+    try:
+        return len(strategy.extended.worker_devices)
+    except RuntimeError:  # the default strategy
+        return strategy.num_replicas_in_sync
+
+
+def wait_for_file(path: str, timeout_s: float = 3600.0, poll_s: float = 1.0) -> None:
+    """Blocks until `path` exists (written by the chief with an atomic rename)."""
+    deadline = time.monotonic() + timeout_s
+    logging.info("waiting for %s from the chief", path)
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{path} did not appear within {timeout_s:.0f} s")
+        time.sleep(poll_s)

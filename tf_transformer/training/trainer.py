@@ -3,8 +3,13 @@
 One optimizer step = `accum_steps` batches on every replica. The loss is the
 sum of label-smoothed token losses divided by the number of non-pad target
 tokens across all replicas and micro-batches, so a step is the same whatever
-the replica count (tests/test_trainer.py checks 1 vs 2 replicas and
+the replica count (tests/training/test_trainer.py checks 1 vs 2 replicas and
 accumulation against a batch twice as large).
+
+Distributed contract: every decision that changes what the next collective
+is (stop for the time budget or a signal, checkpoint now) travels as a flag
+inside the step's own all-reduce, so all workers act on the same step; the
+step count (max_steps, checkpoint_steps) is the same everywhere by itself.
 """
 
 from __future__ import annotations
@@ -14,9 +19,7 @@ import math
 import os
 import random
 import shutil
-import signal
-import time
-from typing import Callable
+from collections.abc import Callable
 
 import keras
 import numpy as np
@@ -24,9 +27,17 @@ import tensorflow as tf
 from absl import logging
 
 from tf_transformer.config import PAD_ID, Config
-from tf_transformer.model import build_model
+from tf_transformer.model import build_model, flops
 from tf_transformer.training import distribution, losses
+from tf_transformer.training.evaluators import Evaluations, Evaluator, dev_loss_fn  # noqa: F401
+from tf_transformer.training.input_state import InputCheckpoint
+from tf_transformer.training.policies import Budget, Every, SignalWatch
+from tf_transformer.training.reporting import ProgressReporter, default_peak_tflops
 from tf_transformer.training.schedule import make_optimizer
+from tf_transformer.training.seeds import ReplicaSeeds
+
+# Flags each worker raises and the step all-reduces (summed: > 0 means some worker).
+SIGNAL, BUDGET, CHECKPOINT_TIME = range(3)
 
 
 class NonFiniteLossError(RuntimeError):
@@ -40,20 +51,26 @@ class TrainResult:
     stopped_by: str  # "max_steps", "max_minutes" or "signal"
     checkpoint: str | None
     tokens_per_sec: float
+    skipped_steps: int = 0
 
 
 class Trainer:
     """Owns the model, optimizer, checkpoints and the distributed step function."""
 
     def __init__(self, config: Config, model_dir: str, strategy: tf.distribute.Strategy,
-                 keep_checkpoints: int | None = None):
+                 keep_checkpoints: int | None = None, peak_tflops: float | None = None):
         self.config = config
         self.model_dir = model_dir
         self.strategy = strategy
         self.chief = distribution.is_chief(strategy)
+        self.local_replicas = distribution.local_replicas(strategy)
+        self.num_workers = strategy.num_replicas_in_sync // self.local_replicas
+        resolver = getattr(strategy, "cluster_resolver", None)
+        self.worker_index = (resolver.task_id or 0) if self.num_workers > 1 else 0
+        self.peak_tflops = peak_tflops or default_peak_tflops()
         train = config.train
         dtype = None if train.dtype == "float32" else train.dtype
-        # The same initial weights and dropout masks for the same seed. Keras draws
+        # The same initial weights and dropout seeds for the same seed. Keras draws
         # its default seeds from Python's `random`; tf.random.set_seed is avoided on
         # purpose: it clears TensorFlow's kernel cache, which destroys live
         # SentencePiece resources (tensorflow-text) created before this point.
@@ -66,27 +83,33 @@ class Trainer:
                 optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
             self.optimizer = optimizer
             self.optimizer.build(self.model.trainable_variables)
+        self.seeds = ReplicaSeeds(self.model)
+        keep = keep_checkpoints or train.keep_checkpoints
         self.checkpoint = tf.train.Checkpoint(model=self.model, optimizer=self.optimizer)
-        self.manager = tf.train.CheckpointManager(
-            self.checkpoint, self._checkpoint_dir(),
-            max_to_keep=keep_checkpoints or train.keep_checkpoints)
+        self.manager = tf.train.CheckpointManager(self.checkpoint, self._checkpoint_dir(),
+                                                  max_to_keep=keep)
+        self.inputs = InputCheckpoint(model_dir, self.worker_index, keep)
         # Built once: a new tf.function per trace would compile the XLA cluster again.
         self._grads_fn = (tf.function(self._grads, jit_compile=True) if train.jit_compile
                           else self._grads)
         self._step_fn = None
-        self._stop_signal = None
 
     # -- checkpoints ---------------------------------------------------------
     def _checkpoint_dir(self) -> str:
         """Non-chief workers take part in every save but write to a scratch dir."""
         if self.chief:
             return self.model_dir
-        task_id = self.strategy.cluster_resolver.task_id
-        return os.path.join(self.model_dir, f".worker_{task_id}_scratch")
+        return os.path.join(self.model_dir, f".worker_{self.worker_index}_scratch")
 
     @property
     def step(self) -> int:
         return int(self.optimizer.iterations.numpy())
+
+    @property
+    def loss_scale(self) -> float | None:
+        if isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer):
+            return float(self.optimizer.dynamic_scale.numpy())
+        return None
 
     def restore(self) -> int:
         """Restores the latest checkpoint of model_dir, if any; returns the step."""
@@ -98,17 +121,25 @@ class Trainer:
 
     def save(self) -> str:
         path = self.manager.save(checkpoint_number=self.step)
+        if self.inputs.manager is not None:
+            self.inputs.save(self.step)
         if not self.chief:
             shutil.rmtree(self._checkpoint_dir(), ignore_errors=True)
         logging.info("saved checkpoint %s", path)
         return path
 
     # -- the step ------------------------------------------------------------
-    def _grads(self, batch):
-        """Sums (not means) over one micro-batch: gradients, loss, tokens."""
+    def _grads(self, batch, seed_key=None):
+        """Sums (not means) over one micro-batch: gradients, loss, tokens.
+
+        `seed_key` (int64 scalar) picks the dropout masks (seeds.py)."""
         with tf.GradientTape() as tape:
-            states = self.model.states({"source": batch["source"], "target_in": batch["target_in"]},
-                                       training=True)
+            inputs = {"source": batch["source"], "target_in": batch["target_in"]}
+            if seed_key is None:
+                states = self.model.states(inputs, training=True)
+            else:
+                with self.seeds.scope(seed_key):
+                    states = self.model.states(inputs, training=True)
             labels = batch["target_out"]
             if not self.config.train.jit_compile:
                 # The output layer and softmax only where there is a target token:
@@ -126,16 +157,27 @@ class Trainer:
         source_tokens = tf.reduce_sum(tf.cast(batch["source"] != PAD_ID, tf.float32))
         return grads, loss_sum, tf.reduce_sum(weights), source_tokens
 
-    def _replica_step(self, batches):
-        grads_fn = self._grads_fn
-        grads, loss_sum, tokens, source_tokens = grads_fn(batches[0])
-        for batch in batches[1:]:
-            more, l, t, s = grads_fn(batch)
-            grads = [a + b for a, b in zip(grads, more)]
-            loss_sum, tokens, source_tokens = loss_sum + l, tokens + t, source_tokens + s
+    def _seed_key(self, micro: int) -> tf.Tensor:
+        """(step * accum + micro) * replicas + global replica id: one dropout stream each."""
         context = tf.distribute.get_replica_context()
-        loss_sum, tokens, source_tokens = context.all_reduce(
-            tf.distribute.ReduceOp.SUM, [loss_sum, tokens, source_tokens])
+        replica = tf.cast(context.replica_id_in_sync_group, tf.int64)
+        step = tf.cast(self.optimizer.iterations, tf.int64)
+        return ((step * self.config.train.accum_steps + micro)
+                * self.strategy.num_replicas_in_sync + replica)
+
+    def _replica_step(self, batches, flags):
+        flags = tf.identity(flags)  # on this replica's device, like the other sums
+        grads, loss_sum, tokens, source_tokens, step_flops = None, 0.0, 0.0, 0.0, 0.0
+        for micro, batch in enumerate(batches):
+            more, l, t, s = self._grads_fn(batch, self._seed_key(micro))
+            grads = more if grads is None else [a + b for a, b in zip(grads, more)]
+            loss_sum, tokens, source_tokens = loss_sum + l, tokens + t, source_tokens + s
+            shape = tf.cast(tf.shape(batch["source"]), tf.float32)
+            step_flops += flops.train_step_flops(self.config.model, shape[0], shape[1],
+                                                 tf.cast(tf.shape(batch["target_in"])[1], tf.float32))
+        context = tf.distribute.get_replica_context()
+        loss_sum, tokens, source_tokens, step_flops, flags = context.all_reduce(
+            tf.distribute.ReduceOp.SUM, [loss_sum, tokens, source_tokens, step_flops, flags])
         grads = context.all_reduce(tf.distribute.ReduceOp.SUM, grads)
         denominator = tf.maximum(tokens, 1.0)
         grads = [g / tf.cast(denominator, g.dtype) for g in grads]
@@ -144,19 +186,33 @@ class Trainer:
             grad_norm = grad_norm / tf.cast(self.optimizer.dynamic_scale, grad_norm.dtype)
         self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
         return {"loss": loss_sum / denominator, "target_tokens": tokens,
-                "source_tokens": source_tokens, "grad_norm": grad_norm}
+                "source_tokens": source_tokens, "grad_norm": grad_norm, "flops": step_flops,
+                "flags": flags}
 
     def step_fn(self) -> Callable:
-        """tf.function(iterator) -> dict of float32 scalars, one optimizer step."""
+        """tf.function(iterator, flags=None) -> dict of float32 scalars, one optimizer step.
+
+        `iterator`: a plain iterator of per-replica batches (this worker's; the
+        trainer's own, checkpointable) or a distributed one. `flags` [3] float32:
+        this worker's SIGNAL, BUDGET, CHECKPOINT_TIME; returned summed over replicas.
+        """
         if self._step_fn is None:
-            accum = self.config.train.accum_steps
+            accum, local = self.config.train.accum_steps, self.local_replicas
 
             # reduce_retracing: one graph for every bucket shape (XLA, when on,
             # still compiles each concrete shape once).
             @tf.function(reduce_retracing=True)
-            def step(iterator):
-                batches = tuple(next(iterator) for _ in range(accum))
-                out = self.strategy.run(self._replica_step, args=(batches,))
+            def step(iterator, flags=None):
+                if flags is None:
+                    flags = tf.zeros([3])
+                if isinstance(iterator, tf.distribute.DistributedIterator):
+                    batches = tuple(next(iterator) for _ in range(accum))
+                else:  # element i * local + r is replica r's micro-batch i
+                    elements = [next(iterator) for _ in range(accum * local)]
+                    batches = self.strategy.experimental_distribute_values_from_function(
+                        lambda ctx: tuple(elements[i * local + ctx.replica_id_in_sync_group % local]
+                                          for i in range(accum)))
+                out = self.strategy.run(self._replica_step, args=(batches, flags))
                 # Values are all-reduced, hence equal on every replica.
                 return {k: self.strategy.experimental_local_results(v)[0] for k, v in out.items()}
 
@@ -167,105 +223,78 @@ class Trainer:
         lr = self.optimizer.learning_rate
         return float(lr.numpy() if hasattr(lr, "numpy") else lr)
 
-    # -- the loop --------------------------------------------------------------
-    def _on_signal(self, signum, frame):
-        del frame
-        logging.warning("received signal %d: checkpointing and stopping after this step", signum)
-        self._stop_signal = signum
+    def _iterator(self, dataset_fn, start_step: int):
+        """This worker's input iterator, at the saved position when there is one.
 
+        dataset_fn(start_step)(input_context): start_step is 0 when the saved
+        position is restored, else the steps the pipeline should account for."""
+        saved = start_step > 0 and self.inputs.has(start_step)
+        context = tf.distribute.InputContext(self.num_workers, self.worker_index,
+                                             self.strategy.num_replicas_in_sync)
+        iterator = iter(dataset_fn(0 if saved else start_step)(context))
+        self.inputs.attach(iterator)
+        if saved:
+            self.inputs.restore(start_step)
+        elif start_step:
+            logging.warning("no saved input position for step %d: the input restarts", start_step)
+        return iterator
+
+    # -- the loop --------------------------------------------------------------
     def train(self, dataset_fn, max_steps: int, max_minutes: float | None = None,
-              evaluate_fn: Callable[[keras.Model], dict] | None = None,
+              evaluate_fn: Evaluator | None = None,
               eval_every: int = 0, log_fn: Callable[[str], None] = logging.info) -> TrainResult:
         """Trains until `max_steps` (global), `max_minutes`, or SIGTERM/SIGINT.
 
-        Checkpoints every `checkpoint_minutes` and/or `checkpoint_steps`, at a
-        signal and at the end. On resume the data pipeline starts a new pass
-        with the seed offset by the restored step (a documented reshuffle).
+        Checkpoints (weights, optimizer, input position) every
+        `checkpoint_minutes` and/or `checkpoint_steps`, at a signal and at the end.
+        The budget and signals stop the loop after the step that carried them.
         """
         train = self.config.train
         start_step = self.restore()
         writer = (tf.summary.create_file_writer(os.path.join(self.model_dir, "train"))
                   if self.chief else tf.summary.create_noop_writer())
-        iterator = iter(self.strategy.distribute_datasets_from_function(dataset_fn(start_step)))
+        iterator = self._iterator(dataset_fn, start_step)
         step_fn = self.step_fn()
-        previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
-        for s in previous:
-            signal.signal(s, self._on_signal)
-        started = last_log_time = last_checkpoint_time = time.time()
-        last_log_step, window_tokens = start_step, 0.0
-        loss, stopped_by, path, tokens_per_sec = math.nan, "max_steps", None, 0.0
+        reporter = ProgressReporter(writer, log_fn, train.log_every,
+                                    self.strategy.num_replicas_in_sync, self.peak_tflops)
+        evaluations = Evaluations(evaluate_fn, eval_every, self.model, writer, log_fn)
+        checkpoints, budget = Every(train.checkpoint_minutes, train.checkpoint_steps), \
+            Budget(max_minutes)
+        loss, stopped_by, path = math.nan, "max_steps", None
         try:
-            while self.step < max_steps:
-                if max_minutes is not None and time.time() - started >= 60 * max_minutes:
-                    stopped_by = "max_minutes"
-                    break
-                out = step_fn(iterator)
-                loss = float(out["loss"])
-                step = self.step
-                if not math.isfinite(loss):
-                    raise NonFiniteLossError(
-                        f"loss is {loss} at step {step}; stopping without saving, the last good "
-                        f"checkpoint is {tf.train.latest_checkpoint(self.model_dir)}")
-                window_tokens += float(out["source_tokens"] + out["target_tokens"])
-                if step % train.log_every == 0 or step == max_steps:
-                    now = time.time()
-                    elapsed = max(now - last_log_time, 1e-9)
-                    tokens_per_sec = window_tokens / elapsed
-                    lr = self.learning_rate()
-                    log_fn(f"step={step} loss={loss:.5f} lr={lr:.3e} "
-                           f"tokens_per_sec={tokens_per_sec:.0f} "
-                           f"ms_per_step={1000 * elapsed / (step - last_log_step):.1f} "
-                           f"grad_norm={float(out['grad_norm']):.3f}")
-                    with writer.as_default(step=step):
-                        tf.summary.scalar("loss", loss)
-                        tf.summary.scalar("learning_rate", lr)
-                        tf.summary.scalar("grad_norm", out["grad_norm"])
-                        tf.summary.scalar("tokens_per_sec", tokens_per_sec)
-                    last_log_time, last_log_step, window_tokens = now, step, 0.0
-                due_time = time.time() - last_checkpoint_time >= 60 * train.checkpoint_minutes
-                due_step = train.checkpoint_steps and step % train.checkpoint_steps == 0
-                if due_time or due_step:
-                    path = self.save()
-                    last_checkpoint_time = time.time()
-                    if evaluate_fn is not None and eval_every == 0:
-                        self._evaluate(evaluate_fn, writer, log_fn)
-                if evaluate_fn is not None and eval_every and step % eval_every == 0:
-                    self._evaluate(evaluate_fn, writer, log_fn)
-                if self._stop_signal is not None:
-                    stopped_by = "signal"
-                    break
+            with SignalWatch() as signals:
+                while self.step < max_steps:
+                    flags = np.zeros([3], np.float32)
+                    flags[[SIGNAL, BUDGET, CHECKPOINT_TIME]] = [
+                        signals.received is not None, budget.spent(), checkpoints.time_due()]
+                    before = self.step
+                    out = {k: v.numpy() for k, v in step_fn(iterator, tf.constant(flags)).items()}
+                    step, loss = self.step, float(out["loss"])
+                    if not math.isfinite(loss):
+                        raise NonFiniteLossError(
+                            f"loss is {loss} at step {step}; stopping without saving, the last "
+                            f"good checkpoint is {tf.train.latest_checkpoint(self.model_dir)}")
+                    skipped = step == before
+                    if skipped:
+                        logging.warning("step %d skipped: gradients overflowed at loss scale %g",
+                                        step + 1, self.loss_scale)
+                    reporter.record(step, {k: float(v) for k, v in out.items() if k != "flags"},
+                                    skipped, self.learning_rate(), self.loss_scale,
+                                    force=step == max_steps and not skipped)
+                    agreed = out["flags"] > 0
+                    saved = False
+                    if agreed[CHECKPOINT_TIME] or (checkpoints.step_due(step) and not skipped):
+                        path, saved = self.save(), True
+                        checkpoints.reset()
+                    if saved or not skipped:
+                        evaluations.after_step(step, saved)
+                    if agreed[SIGNAL] or agreed[BUDGET]:
+                        stopped_by = "signal" if agreed[SIGNAL] else "max_minutes"
+                        break
             if path is None or not path.endswith(f"-{self.step}"):
                 path = self.save()
-            if evaluate_fn is not None:
-                self._evaluate(evaluate_fn, writer, log_fn)
+            evaluations.run(self.step)
         finally:
-            for s, handler in previous.items():
-                signal.signal(s, handler)
             writer.flush()
-        return TrainResult(self.step, loss, stopped_by, path, tokens_per_sec)
-
-    def _evaluate(self, evaluate_fn, writer, log_fn):
-        metrics = evaluate_fn(self.model)
-        log_fn("eval step=%d %s" % (self.step, " ".join(f"{k}={v:.4f}" for k, v in metrics.items())))
-        with writer.as_default(step=self.step):
-            for name, value in metrics.items():
-                tf.summary.scalar(name, value)
-
-
-def dev_loss_fn(dataset: tf.data.Dataset, label_smoothing: float) -> Callable[[keras.Model], dict]:
-    """Mean label-smoothed loss per non-pad token over a finite dev dataset."""
-
-    @tf.function(reduce_retracing=True)
-    def sums(model, batch):
-        logits = model({"source": batch["source"], "target_in": batch["target_in"]}, training=False)
-        loss, weights = losses.smoothed_cross_entropy(logits, batch["target_out"], label_smoothing)
-        return tf.reduce_sum(loss), tf.reduce_sum(weights)
-
-    def evaluate(model):
-        total, tokens = 0.0, 0.0
-        for batch in dataset:
-            loss, weight = sums(model, batch)
-            total, tokens = total + float(loss), tokens + float(weight)
-        return {"dev_loss": total / max(tokens, 1.0)}
-
-    return evaluate
+        return TrainResult(self.step, loss, stopped_by, path, reporter.tokens_per_sec,
+                           reporter.skipped_steps)

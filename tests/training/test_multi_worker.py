@@ -1,0 +1,71 @@
+"""Two workers on localhost agree on stopping and checkpointing: no one waits alone.
+
+Each test starts two `python -m tf_transformer.train --strategy=multi_worker`
+processes with TF_CONFIG and bounds every wait, so a hang fails instead of
+blocking the suite.
+"""
+
+import json
+import os
+import signal
+
+import pytest
+import tensorflow as tf
+from test_train_binary import _command, _env, _free_ports, _start, _wait_for_step
+from test_train_binary import train_tsv as _train_tsv
+
+pytestmark = pytest.mark.slow
+train_tsv = _train_tsv  # the same fixture: 300 embedded pairs
+
+
+def _workers(tmp_path, train_tsv, vocab, *extra):
+    ports = _free_ports(2)
+    cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
+    model_dir = str(tmp_path / "run")
+    processes = []
+    for task in range(2):
+        env = _env(TF_CONFIG=json.dumps({"cluster": cluster,
+                                         "task": {"type": "worker", "index": task}}))
+        processes.append(_start(_command(train_tsv, vocab, model_dir, "--max_steps=100000",
+                                         "--strategy=multi_worker", *extra), env))
+    return model_dir, processes
+
+
+def _finish(processes, timeout=240):
+    outputs = []
+    for p in processes:
+        try:
+            outputs.append(p.communicate(timeout=timeout)[0])
+        except Exception:
+            for q in processes:
+                q.kill()
+            raise
+    for p, out in zip(processes, outputs):
+        assert p.returncode == 0, out[-3000:]
+    done = [next(l for l in out.splitlines() if l.startswith("done step=")) for out in outputs]
+    steps = [int(d.split()[1].split("=")[1]) for d in done]
+    assert steps[0] == steps[1]  # the same step on both
+    return steps[0], done, outputs
+
+
+def test_time_budget_ends_both_workers_with_one_checkpoint(tmp_path, train_tsv):
+    # No vocabulary yet: the chief trains it into model_dir, the other worker waits.
+    vocab = str(tmp_path / "run" / "vocab.model")
+    model_dir, processes = _workers(tmp_path, train_tsv, vocab, "--max_minutes=0.05",
+                                    "--vocab_size=300")
+    step, done, outputs = _finish(processes)
+    assert "training a 300-piece vocabulary" in outputs[0]
+    assert "training a" not in outputs[1] and "waiting for" in outputs[1]
+    assert all("stopped_by=max_minutes" in d for d in done)
+    assert tf.train.latest_checkpoint(model_dir).endswith(f"ckpt-{step}")
+    assert not [d for d in os.listdir(model_dir) if d.startswith(".worker_")]
+
+
+def test_sigterm_to_one_worker_stops_both_with_a_checkpoint(tmp_path, train_tsv, spm_model_path):
+    model_dir, processes = _workers(tmp_path, train_tsv, spm_model_path)
+    _wait_for_step(processes[1], 2)
+    processes[1].send_signal(signal.SIGTERM)  # the non-chief: the chief must still save
+    step, done, _ = _finish(processes)
+    assert all("stopped_by=signal" in d for d in done)
+    assert step >= 2
+    assert tf.train.latest_checkpoint(model_dir).endswith(f"ckpt-{step}")

@@ -1,0 +1,60 @@
+"""Evaluations during training: dev loss, and when to run them.
+
+An evaluator is `model -> {"name": float}`; `Evaluations` runs one at every
+checkpoint (eval_every=0) or every `eval_every` steps, and once at the end,
+logging a line and writing the scalars to TensorBoard.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import keras
+import tensorflow as tf
+
+from tf_transformer.training import losses
+
+Evaluator = Callable[[keras.Model], dict]
+
+
+def dev_loss_fn(dataset: tf.data.Dataset, label_smoothing: float) -> Evaluator:
+    """Mean label-smoothed loss per non-pad token over a finite dev dataset."""
+
+    @tf.function(reduce_retracing=True)
+    def sums(model, batch):
+        logits = model({"source": batch["source"], "target_in": batch["target_in"]}, training=False)
+        loss, weights = losses.smoothed_cross_entropy(logits, batch["target_out"], label_smoothing)
+        return tf.reduce_sum(loss), tf.reduce_sum(weights)
+
+    def evaluate(model):
+        total, tokens = 0.0, 0.0
+        for batch in dataset:
+            loss, weight = sums(model, batch)
+            total, tokens = total + float(loss), tokens + float(weight)
+        return {"dev_loss": total / max(tokens, 1.0)}
+
+    return evaluate
+
+
+class Evaluations:
+    """Runs `evaluate_fn` at checkpoints (eval_every=0) or every `eval_every` steps."""
+
+    def __init__(self, evaluate_fn: Evaluator | None, eval_every: int, model: keras.Model,
+                 writer, log_fn: Callable[[str], None]):
+        self.evaluate_fn, self.eval_every = evaluate_fn, eval_every
+        self.model, self.writer, self.log_fn = model, writer, log_fn
+
+    def after_step(self, step: int, saved: bool) -> None:
+        if self.evaluate_fn is None:
+            return
+        if (saved and not self.eval_every) or (self.eval_every and step % self.eval_every == 0):
+            self.run(step)
+
+    def run(self, step: int) -> None:
+        if self.evaluate_fn is None:
+            return
+        metrics = self.evaluate_fn(self.model)
+        self.log_fn(f"eval step={step} " + " ".join(f"{k}={v:.4f}" for k, v in metrics.items()))
+        with self.writer.as_default(step=step):
+            for name, value in metrics.items():
+                tf.summary.scalar(name, value)
