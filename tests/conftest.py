@@ -17,13 +17,12 @@ from tf_transformer.training import distribution  # noqa: E402
 TEST_CPU_DEVICES = 2
 distribution.split_cpu(TEST_CPU_DEVICES)
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from model_fixtures import EMBEDDED_CORPUS_DIR, REPO_ROOT  # noqa: E402,F401
 
 
 # --- Corpus and tokenizers shared by the data tests (tf_transformer/corpus.py, tokenizer.py).
 import pytest  # noqa: E402
 
-EMBEDDED_CORPUS_DIR = os.path.join(REPO_ROOT, "data", "libreoffice-help.en-de")
 
 
 @pytest.fixture(scope="session")

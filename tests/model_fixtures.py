@@ -28,7 +28,8 @@ from tf_transformer.training import checkpoints
 from tf_transformer.training.trainer import Trainer
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TRAIN_TSV = os.path.join(REPO_ROOT, "data", "libreoffice-help.en-de", "train.tsv")
+EMBEDDED_CORPUS_DIR = os.path.join(REPO_ROOT, "data", "libreoffice-help.en-de")
+TRAIN_TSV = os.path.join(EMBEDDED_CORPUS_DIR, "train.tsv")
 MAX_CHARS = 80  # short pairs only: a tiny model learns them (and EOS) quickly
 NUM_PAIRS = 4000
 

@@ -15,7 +15,7 @@ import sys
 import xml.etree.ElementTree as ElementTree
 
 import pytest
-from conftest import REPO_ROOT
+from model_fixtures import REPO_ROOT
 
 _PACKAGES = ("tf_transformer", "export", "data")  # where binaries live
 

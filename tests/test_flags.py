@@ -9,7 +9,7 @@ import json
 import subprocess
 import sys
 
-from conftest import REPO_ROOT
+from model_fixtures import REPO_ROOT
 
 from tf_transformer import presets
 

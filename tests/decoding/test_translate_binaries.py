@@ -14,7 +14,7 @@ import threading
 import time
 
 import pytest
-from conftest import REPO_ROOT
+from model_fixtures import REPO_ROOT
 from sacrebleu.metrics import BLEU, CHRF
 
 from tf_transformer.config import DecodeConfig

@@ -14,7 +14,7 @@ import time
 
 import pytest
 import tensorflow as tf
-from conftest import EMBEDDED_CORPUS_DIR, REPO_ROOT
+from model_fixtures import EMBEDDED_CORPUS_DIR, REPO_ROOT
 from test_trainer import read_scalars
 
 pytestmark = pytest.mark.slow
