@@ -3,10 +3,13 @@
 The scripted "language model" draws logits from a per-sentence random table
 indexed by (step, previous token, sum of the prefix mod 3). The sum lives in the
 cache, so a cache row left with the wrong parent changes the results; the table
-lives in the cache under a fixed key, like encoder memory.
+lives in the cache too, like encoder memory. The cache is a `TableCache`, which
+tiles and reorders itself (beam_search.BeamCache) and leaves the table alone,
+or a plain dict, which the search reorders whole.
 """
 
 import functools
+from typing import NamedTuple
 
 import numpy as np
 import pytest
@@ -14,6 +17,7 @@ import tensorflow as tf
 
 from tf_transformer.config import BOS_ID, EOS_ID, PAD_ID
 from tf_transformer.decoding.beam_search import (
+    BeamCache,
     BeamSearchResult,
     beam_search,
     length_penalty,
@@ -42,38 +46,66 @@ def _logits(table, step, prev, prefix_sum):
     return tf.gather_nd(table, index)
 
 
+class TableCache(NamedTuple):
+    """The scripted model's cache: the tables every beam shares, and the prefix sums."""
+
+    memory: tf.Tensor  # [batch, STEPS, VOCAB, MOD, VOCAB]
+    sum: tf.Tensor  # int32 [batch]
+
+    def tile(self, beam):
+        return self._make(tf.repeat(t, beam, axis=0) for t in self)
+
+    def reorder(self, rows):
+        return self._replace(sum=tf.gather(self.sum, rows))
+
+
+class StuckCache(TableCache):
+    """A cache whose reorder forgets to move the sums: wrong results expected."""
+
+    def reorder(self, rows):
+        return self
+
+
 def cached_fn(ids, step, cache):
     """Reads only ids[:, step]; the prefix sum comes from the cache."""
     CALLS.assign_add(1)
-    prefix_sum = cache["sum"] + ids[:, step]
-    return _logits(cache["memory"], step, ids[:, step], prefix_sum), {
-        "memory": cache["memory"], "sum": prefix_sum}
+    prefix_sum = cache.sum + ids[:, step]
+    return _logits(cache.memory, step, ids[:, step], prefix_sum), cache._replace(sum=prefix_sum)
+
+
+def dict_fn(ids, step, cache):
+    """cached_fn over a plain dict cache."""
+    logits, cache = cached_fn(ids, step, TableCache(**cache))
+    return logits, cache._asdict()
 
 
 def uncached_fn(ids, step, cache):
     """Sums the whole buffer: relies on BOS, the tokens so far, then only PAD (0)."""
     prefix_sum = tf.reduce_sum(ids, axis=1)
-    return _logits(cache["memory"], step, ids[:, step], prefix_sum), cache
+    return _logits(cache.memory, step, ids[:, step], prefix_sum), cache
 
 
-def search(fn, tables, max_lengths, alpha, beam, nbest, max_decode_length=None):
+CACHES = {"object": TableCache, "stuck": StuckCache,
+          "dict": lambda memory, sum: {"memory": memory, "sum": sum}}
+
+
+def search(fn, tables, max_lengths, alpha, beam, nbest, max_decode_length=None, cache="object"):
     batch = tf.shape(tables)[0]
-    cache = {"memory": tables, "sum": tf.zeros([batch], tf.int32)}
-    return beam_search(fn, cache, vocab_size=VOCAB, beam_size=beam, alpha=alpha,
-                       max_lengths=max_lengths, nbest=nbest, fixed_cache_keys=("memory",),
-                       max_decode_length=max_decode_length)
+    initial = CACHES[cache](memory=tables, sum=tf.zeros([batch], tf.int32))
+    return beam_search(fn, initial, vocab_size=VOCAB, beam_size=beam, alpha=alpha,
+                       max_lengths=max_lengths, nbest=nbest, max_decode_length=max_decode_length)
 
 
 @functools.lru_cache(maxsize=None)
-def decoder(beam, nbest, cached=True, jit=False):
+def decoder(beam, nbest, cached=True, jit=False, cache="object"):
     """A tf.function over any batch size: (tables, max_lengths, alpha) -> result."""
-    fn = cached_fn if cached else uncached_fn
+    fn = (dict_fn if cache == "dict" else cached_fn) if cached else uncached_fn
     max_decode_length = STEPS if jit else None
 
     @tf.function(jit_compile=jit, input_signature=[
         TABLE_SPEC, tf.TensorSpec([None], tf.int32), tf.TensorSpec([], tf.float32)])
     def decode(tables, max_lengths, alpha):
-        return search(fn, tables, max_lengths, alpha, beam, nbest, max_decode_length)
+        return search(fn, tables, max_lengths, alpha, beam, nbest, max_decode_length, cache)
 
     return decode
 
@@ -267,6 +299,19 @@ def test_cached_equals_uncached():
         np.testing.assert_array_equal(got, want)
 
 
+def test_cache_object_reorders_itself_and_a_plain_nest_is_reordered_whole():
+    assert isinstance(TableCache(tf.zeros([1]), tf.zeros([1])), BeamCache)
+    assert not isinstance({"memory": 1}, BeamCache)
+    tables = make_tables(12, 3)
+    reference = decode(tables, [6, 2, 8], 0.6, beam=4, nbest=2)
+    whole = decode(tables, [6, 2, 8], 0.6, beam=4, nbest=2, cache="dict")
+    for got, want in zip(whole, reference):
+        np.testing.assert_array_equal(got, want)
+    # The search calls the object's reorder: one that moves nothing changes the outputs.
+    stuck = decode(tables, [6, 2, 8], 0.6, beam=4, nbest=2, cache="stuck")
+    assert not np.array_equal(stuck.ids, reference.ids)
+
+
 def test_xla_matches_graph():
     tables = make_tables(12, 3)
     graph = decode(tables, [5, 3, 7], 0.6, beam=4, nbest=2)
@@ -283,5 +328,7 @@ def test_rejects_bad_arguments():
     kwargs = dict(vocab_size=VOCAB, alpha=0.6, max_lengths=tf.constant([3]))
     with pytest.raises(ValueError, match="nbest"):
         beam_search(cached_fn, cache, beam_size=2, nbest=3, **kwargs)
-    with pytest.raises(ValueError, match="fixed_cache_keys"):
-        beam_search(cached_fn, cache, beam_size=2, fixed_cache_keys=("encoder",), **kwargs)
+    with pytest.raises(ValueError, match="beam_size"):
+        beam_search(cached_fn, cache, beam_size=0, **kwargs)
+    with pytest.raises(ValueError, match="special ids"):
+        beam_search(cached_fn, cache, beam_size=2, **{**kwargs, "vocab_size": 3})

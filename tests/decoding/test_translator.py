@@ -6,8 +6,6 @@ hypotheses of varied lengths scale up the EOS row of the shared embedding
 depending on the context. The search and the model code are untouched.
 """
 
-import functools
-
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -15,13 +13,11 @@ import tensorflow as tf
 from tf_transformer.config import EOS_ID, PAD_ID, Config, DecodeConfig
 from tf_transformer.decoding import attention_plot
 from tf_transformer.decoding.beam_search import beam_search
-from tf_transformer.decoding.translator import (
-    FIRST_CACHE_LENGTH,
-    Translator,
-    translate_sentences,
-)
+from tf_transformer.decoding.translator import Translator, translate_sentences
+from tf_transformer.decoding.xla_search import FIRST_CACHE_LENGTH
 from tf_transformer.inputs.tokenizer import Tokenizer
-from tf_transformer.model.transformer import FIXED_CACHE_KEYS, build_model
+from tf_transformer.model import cache as caches
+from tf_transformer.model.transformer import build_model
 from tf_transformer.training import checkpoints
 
 SENTENCES = [
@@ -80,10 +76,9 @@ def test_cached_and_uncached_decoding_give_identical_outputs(eos_prone, sources,
         return logits[:, -1], cache
 
     full = beam_search(uncached, {"source": source}, **args)
-    cache = model.initial_cache(model.encode(source),
-                                source, None if growing else int(tf.reduce_max(max_lengths)))
-    step_fn = functools.partial(model.decode_step, growing=growing)
-    cached = beam_search(step_fn, cache, fixed_cache_keys=FIXED_CACHE_KEYS, **args)
+    empty = caches.growing() if growing else caches.fixed(int(tf.reduce_max(max_lengths)))
+    cache = model.initial_cache(model.encode(source), source, empty)
+    cached = beam_search(model.decode_step, cache, **args)
     np.testing.assert_array_equal(cached.ids.numpy(), full.ids.numpy())
     np.testing.assert_array_equal(cached.lengths.numpy(), full.lengths.numpy())
     np.testing.assert_allclose(cached.scores.numpy(), full.scores.numpy(), rtol=1e-5)

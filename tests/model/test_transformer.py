@@ -83,43 +83,6 @@ def test_embedding_scaled_and_shared():
                                rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("growing", [False, True], ids=["fixed_cache", "growing_cache"])
-@pytest.mark.parametrize("overrides", [{}, {"pre_norm": True}, {"positions": "learned"},
-                                       {"d_k": 8, "d_v": 12}])
-def test_cached_decoding_equals_full_pass(overrides, growing):
-    model = build_model(TINY.__class__(**{**TINY.__dict__, **overrides}))
-    source, target = _batch(batch=2, t=8)
-    full = model({"source": source, "target_in": target}).numpy()
-    cache = model.initial_cache(model.encode(source), source, max_length=None if growing else 8)
-    steps = []
-    for step in range(8):
-        logits, cache = model.decode_step(target, tf.constant(step), cache, growing=growing)
-        steps.append(logits.numpy())
-    if growing:
-        assert cache["self"][0]["k"].shape[2] == 8
-    np.testing.assert_allclose(np.stack(steps, 1), full, atol=1e-5)
-
-
-def test_decode_step_traces_once_in_a_while_loop():
-    model = build_model(TINY)
-    source, target = _batch(batch=2, t=8)
-
-    @tf.function
-    def run(source, target):
-        cache = model.initial_cache(model.encode(source), source, tf.shape(target)[1])
-
-        def body(step, cache, out):
-            logits, cache = model.decode_step(target, step, cache)
-            return step + 1, cache, out.write(step, logits)
-
-        _, _, out = tf.while_loop(lambda s, c, o: s < tf.shape(target)[1], body,
-                                  (0, cache, tf.TensorArray(tf.float32, size=tf.shape(target)[1])))
-        return tf.transpose(out.stack(), [1, 0, 2])
-
-    full = model({"source": source, "target_in": target}).numpy()
-    np.testing.assert_allclose(run(source, target).numpy(), full, atol=1e-5)
-
-
 @pytest.mark.parametrize("name", presets.preset_names())
 def test_built_params_equal_closed_form(name):
     config = presets.get_preset(name, vocab_size=1000).model

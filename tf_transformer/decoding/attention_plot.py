@@ -1,8 +1,8 @@
 """Attention heat maps of one translation, in the spirit of the paper's appendix figures.
 
 The weights are recorded, not recomputed: during one teacher-forced pass over
-the decoded output, every `MultiHeadAttention.attention_weights` call of the
-model is wrapped to keep its result, so the maps are exactly what the forward
+the decoded output, every `attention_weights` call of the model's attention
+layers (SelfAttention, CrossAttention) is wrapped to keep its result, so the maps are exactly what the forward
 pass computes (post- or pre-norm alike) and no layer logic is copied here.
 """
 

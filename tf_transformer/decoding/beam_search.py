@@ -15,9 +15,8 @@ Each step has three named parts:
      length) merged with the finished hypotheses so far; the k best by score
      stay.
 EOS extensions compete with continuations for the k slots, so a beam of 1 is
-exactly greedy decoding. (tensor2tensor refills the
-alive beam from the top 2k instead: a wider search, but a beam of 1 then differs
-from greedy.) There is no separate greedy loop: one written with argmax and no
+exactly greedy decoding. (tensor2tensor refills the alive beam from the top 2k
+instead: a wider search, but a beam of 1 then differs from greedy.) There is no separate greedy loop: one written with argmax and no
 finished set was no faster than beam_size=1 here (same time within noise on
 CPU, 3+3 layers, d_model 256, vocab 8k and 32k).
 
@@ -42,17 +41,38 @@ A done sentence still rides in the batch (shapes are fixed) but has no alive
 hypotheses, and its finished state is frozen; the loop ends with the slowest
 sentence, so batching sentences of similar length (the input pipeline buckets
 by length) keeps the waste small.
+
+The cache. `initial_cache` is tiled from [batch, ...] to [batch * beam, ...]
+and, after every step, its rows follow their hypotheses' parents. A plain nest
+(dicts, lists, tensors) is tiled and reordered whole. An object with
+`tile(beam)` and `reorder(rows)` (the `BeamCache` protocol; model/cache.py's
+DecoderCache) does both itself, so what every beam shares (encoder memory) is
+never gathered. A cache may change shape between two `advance` calls (XLA: a
+short buffer first, padded if decoding goes on); within one it keeps its shapes
+under XLA, and in graph mode may grow by a position per step.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Collection, NamedTuple
+from typing import Any, Callable, NamedTuple, Protocol, runtime_checkable
 
 import tensorflow as tf
 
 from tf_transformer.config import BOS_ID, EOS_ID, PAD_ID
 
-# Nested dicts/lists of tensors whose first dimension is batch * beam.
+
+@runtime_checkable
+class BeamCache(Protocol):
+    """A cache that tiles and reorders itself (module docstring): tile makes row
+    b * beam + j a copy of row b; reorder(rows int32 [batch * beam]) makes row i
+    old row rows[i] wherever that matters."""
+
+    def tile(self, beam: int) -> "BeamCache": ...
+
+    def reorder(self, rows: tf.Tensor) -> "BeamCache": ...
+
+
+# A BeamCache, or nested dicts/lists of tensors whose first dimension is the batch.
 Cache = Any
 SymbolsToLogitsFn = Callable[[tf.Tensor, tf.Tensor, Cache], tuple[tf.Tensor, Cache]]
 
@@ -76,7 +96,9 @@ class BeamSearchResult(NamedTuple):
     lengths: tf.Tensor
 
 
-class _BeamState(NamedTuple):
+class BeamState(NamedTuple):
+    """The search's state between steps; fixed shapes but for the cache's."""
+
     step: tf.Tensor  # int32 []: tokens decoded so far by every alive hypothesis
     alive_ids: tf.Tensor  # int32 [batch, beam, width]: BOS, tokens, PAD; width = max_length + 1
     alive_log_probs: tf.Tensor  # float32 [batch, beam]: -inf for a dead slot
@@ -93,31 +115,25 @@ def length_penalty(length, alpha) -> tf.Tensor:
     return tf.pow((5.0 + length) / 6.0, tf.cast(alpha, tf.float32))
 
 
-def beam_search(
-    symbols_to_logits_fn: SymbolsToLogitsFn,
-    initial_cache: Cache,
-    *,
-    vocab_size: int,
-    beam_size: int,
-    alpha: float | tf.Tensor,
-    max_lengths: tf.Tensor,
-    eos_id: int = EOS_ID,
-    bos_id: int = BOS_ID,
-    nbest: int = 1,
-    fixed_cache_keys: Collection[str] = (),
-    batch_size: int | None = None,
-    max_decode_length: int | None = None,
-    grow_cache: tuple[int, Callable[[Cache], Cache]] | None = None,
-) -> BeamSearchResult:
+def beam_search(symbols_to_logits_fn: SymbolsToLogitsFn, initial_cache: Cache,
+                **settings) -> BeamSearchResult:
     """Decodes a batch of sentences with beam search (see the module docstring).
+
+    `settings` are BeamSearch's keyword arguments. Returns BeamSearchResult with
+    ids [batch, nbest, width - 1], scores and lengths [batch, nbest], best first.
+    """
+    search = BeamSearch(symbols_to_logits_fn, **settings)
+    return search.finish(search.advance(search.start(initial_cache)))
+
+
+class BeamSearch:
+    """One search's settings; `start`, `advance` and `finish` run it in stages.
 
     Args:
       symbols_to_logits_fn: (ids int32 [batch * beam, width], step int32 [],
         cache) -> (logits [batch * beam, vocab], cache). Column 0 of ids is BOS,
         columns 1..step the tokens so far, later columns PAD; the token at
         column `step` is the input. Any float dtype; the search uses float32.
-      initial_cache: nested structure of tensors [batch, ...]; tiled to
-        [batch * beam, ...], beam-major within a sentence (row b * beam + j).
       vocab_size: static size of the logits' last dimension.
       beam_size: k; 1 is greedy decoding.
       alpha: length penalty exponent (0.6 in the paper).
@@ -127,66 +143,76 @@ def beam_search(
         log-probs are set to -inf after the log-softmax (not renormalized), so
         scores stay the model's log-probs.
       nbest: outputs per sentence, 1 <= nbest <= beam_size.
-      fixed_cache_keys: top-level keys of a dict cache whose values are the same
-        for every beam of a sentence (encoder memory): tiled, never reordered.
       batch_size: static batch size, if known; otherwise read from max_lengths.
-      max_decode_length: static width - 1 of the ids buffer. Leave None for
-        max(max_lengths); set it under XLA, where a buffer sized by the values
-        of max_lengths would force a compile per distinct max_lengths. Then
-        max_lengths is clipped to it.
-      grow_cache: (steps, fn): run the first `steps` steps on `initial_cache`
-        as given, then continue (if any sentence is not done) on fn(cache).
-        Under XLA a cache has one shape per loop, so a model can start with a
-        short cache and pad it once here: a batch whose outputs stop early
-        never copies, reorders or attends over the long one. The tiled,
-        beam-ordered cache is what fn receives.
-
-    Returns:
-      BeamSearchResult with ids [batch, nbest, width - 1], scores and lengths
-      [batch, nbest], best first.
+      max_decode_length: width - 1 of the ids buffer, max(max_lengths) by
+        default. Under XLA give a static one (a buffer sized by the values of
+        max_lengths would compile once per distinct value); max_lengths is
+        then clipped to it.
     """
-    if beam_size < 1:
-        raise ValueError(f"beam_size must be >= 1, got {beam_size}")
-    if not 1 <= nbest <= beam_size:
-        raise ValueError(f"nbest must be in [1, beam_size={beam_size}], got {nbest}")
-    if vocab_size <= max(PAD_ID, bos_id, eos_id):
-        raise ValueError(f"vocab_size={vocab_size} does not cover the special ids")
-    fixed = frozenset(fixed_cache_keys)
-    if fixed and not (isinstance(initial_cache, dict) and fixed <= initial_cache.keys()):
-        raise ValueError(f"fixed_cache_keys {sorted(fixed)} are not top-level keys of the cache")
 
-    max_lengths = tf.cast(max_lengths, tf.int32)
-    if batch_size is None:
-        batch_size = max_lengths.shape[0]
+    def __init__(self, symbols_to_logits_fn: SymbolsToLogitsFn, *, vocab_size: int,
+                 beam_size: int, alpha: float | tf.Tensor, max_lengths: tf.Tensor,
+                 eos_id: int = EOS_ID, bos_id: int = BOS_ID, nbest: int = 1,
+                 batch_size: int | None = None, max_decode_length: int | None = None):
+        if beam_size < 1:
+            raise ValueError(f"beam_size must be >= 1, got {beam_size}")
+        if not 1 <= nbest <= beam_size:
+            raise ValueError(f"nbest must be in [1, beam_size={beam_size}], got {nbest}")
+        if vocab_size <= max(PAD_ID, bos_id, eos_id):
+            raise ValueError(f"vocab_size={vocab_size} does not cover the special ids")
+        max_lengths = tf.cast(max_lengths, tf.int32)
         if batch_size is None:
-            batch_size = tf.shape(max_lengths)[0]
-    if max_decode_length is None:
-        max_decode_length = tf.maximum(tf.reduce_max(max_lengths), 1)
-    max_lengths = tf.clip_by_value(max_lengths, 1, max_decode_length)
-    alpha = tf.cast(alpha, tf.float32)
-    config = _Config(symbols_to_logits_fn, vocab_size, beam_size, alpha, max_lengths, eos_id,
-                     bos_id, nbest, fixed)
+            batch_size = max_lengths.shape[0]
+            if batch_size is None:
+                batch_size = tf.shape(max_lengths)[0]
+        if max_decode_length is None:
+            max_decode_length = tf.maximum(tf.reduce_max(max_lengths), 1)
+        max_lengths = tf.clip_by_value(max_lengths, 1, max_decode_length)
+        self.batch_size, self.max_decode_length = batch_size, max_decode_length
+        self.config = _Config(symbols_to_logits_fn, vocab_size, beam_size,
+                              tf.cast(alpha, tf.float32), max_lengths, eos_id, bos_id, nbest)
 
-    state = _initial_state(config, initial_cache, batch_size, max_decode_length)
-    max_steps = tf.reduce_max(max_lengths)
+    def start(self, initial_cache: Cache) -> BeamState:
+        """One alive hypothesis (BOS) per sentence, other slots dead; the cache tiled."""
+        beam, batch, width = self.config.beam_size, self.batch_size, self.max_decode_length + 1
+        row = tf.where(tf.range(width) == 0, self.config.bos_id, PAD_ID)  # [width]
+        alive_ids = tf.broadcast_to(row, tf.stack([batch, beam, width]))
+        # Only slot 0 is live, so the first step does not grow k copies of BOS.
+        first = tf.constant([0.0] + [_NEG_INF] * (beam - 1))
+        return BeamState(
+            step=tf.constant(0, tf.int32),
+            alive_ids=alive_ids,
+            alive_log_probs=tf.tile(first[tf.newaxis], tf.stack([batch, 1])),
+            alive_cache=_tile(initial_cache, beam),
+            finished_ids=tf.fill(tf.shape(alive_ids), PAD_ID),
+            finished_scores=tf.fill(tf.stack([batch, beam]), _NEG_INF),
+            finished_lengths=tf.zeros(tf.stack([batch, beam]), tf.int32),
+            done=tf.zeros(tf.stack([batch]), tf.bool))
 
-    def run(state: _BeamState, last_step) -> _BeamState:
-        def cond(state: _BeamState) -> tf.Tensor:
-            return tf.logical_and(state.step < last_step,
-                                  tf.logical_not(tf.reduce_all(state.done)))
+    def advance(self, state: BeamState, until=None) -> BeamState:
+        """Steps until every sentence is done, or `step` reaches `until`
+        (default: the longest max_length)."""
+        last = tf.reduce_max(self.config.max_lengths)
+        last = last if until is None else tf.minimum(last, until)
 
-        def body(state: _BeamState) -> tuple[_BeamState]:
-            return (_search_step(config, state),)
+        def cond(state: BeamState) -> tf.Tensor:
+            return tf.logical_and(state.step < last, tf.logical_not(tf.reduce_all(state.done)))
+
+        def body(state: BeamState) -> tuple[BeamState]:
+            return (_search_step(self.config, state),)
 
         (state,) = tf.while_loop(cond, body, (state,),
                                  shape_invariants=(_shape_invariants(state),))
         return state
 
-    if grow_cache is not None:
-        steps, grow = grow_cache
-        state = run(state, tf.minimum(max_steps, steps))
-        state = state._replace(alive_cache=grow(state.alive_cache))
-    return _result(run(state, max_steps), nbest)
+    def finish(self, state: BeamState) -> BeamSearchResult:
+        """The nbest best finished hypotheses, BOS dropped; empty slots blanked."""
+        nbest = self.config.nbest
+        scores = state.finished_scores[:, :nbest]
+        empty = scores == _NEG_INF
+        ids = tf.where(empty[:, :, tf.newaxis], PAD_ID, state.finished_ids[:, :nbest, 1:])
+        lengths = tf.where(empty, 0, state.finished_lengths[:, :nbest])
+        return BeamSearchResult(ids=ids, scores=scores, lengths=lengths)
 
 
 class _Config(NamedTuple):
@@ -200,39 +226,23 @@ class _Config(NamedTuple):
     eos_id: int
     bos_id: int
     nbest: int
-    fixed_keys: frozenset
 
 
-def _initial_state(config: _Config, initial_cache: Cache, batch_size,
-                   max_decode_length) -> _BeamState:
-    """One alive hypothesis (BOS) per sentence; the other slots start dead."""
-    beam = config.beam_size
-    columns = tf.range(max_decode_length + 1)
-    row = tf.where(columns == 0, config.bos_id, PAD_ID)  # [width]
-    alive_ids = tf.broadcast_to(row, tf.stack([batch_size, beam, max_decode_length + 1]))
-    # Only slot 0 is live, so the first step does not grow k copies of BOS.
-    first = tf.constant([0.0] + [_NEG_INF] * (beam - 1))
-    alive_log_probs = tf.tile(first[tf.newaxis], tf.stack([batch_size, 1]))
-    return _BeamState(
-        step=tf.constant(0, tf.int32),
-        alive_ids=alive_ids,
-        alive_log_probs=alive_log_probs,
-        alive_cache=tf.nest.map_structure(lambda t: _tile_beams(t, beam), initial_cache),
-        finished_ids=tf.fill(tf.shape(alive_ids), PAD_ID),
-        finished_scores=tf.fill(tf.stack([batch_size, beam]), _NEG_INF),
-        finished_lengths=tf.zeros(tf.stack([batch_size, beam]), tf.int32),
-        done=tf.zeros(tf.stack([batch_size]), tf.bool),
-    )
-
-
-def _tile_beams(tensor: tf.Tensor, beam: int) -> tf.Tensor:
+def _tile(cache: Cache, beam: int) -> Cache:
     """[batch, ...] -> [batch * beam, ...], row b * beam + j copies row b."""
-    tensor = tf.convert_to_tensor(tensor)
-    tiled = tf.repeat(tensor[:, tf.newaxis], beam, axis=1)
-    return tf.reshape(tiled, tf.concat([[-1], tf.shape(tensor)[1:]], 0))
+    if isinstance(cache, BeamCache):
+        return cache.tile(beam)
+    return tf.nest.map_structure(lambda t: tf.repeat(t, beam, axis=0), cache)
 
 
-def _shape_invariants(state: _BeamState) -> _BeamState:
+def _reorder(cache: Cache, rows: tf.Tensor) -> Cache:
+    """Row i <- row rows[i]: the cache's own reorder, or a gather of the whole nest."""
+    if isinstance(cache, BeamCache):
+        return cache.reorder(rows)
+    return tf.nest.map_structure(lambda t: tf.gather(t, rows), cache)
+
+
+def _shape_invariants(state: BeamState) -> BeamState:
     """Static shapes with batch free to vary, and every cache dimension (a
     model's cache may grow by a position per step)."""
     def free_first(t):
@@ -243,7 +253,7 @@ def _shape_invariants(state: _BeamState) -> _BeamState:
     return invariants._replace(alive_cache=free_cache)
 
 
-def _search_step(config: _Config, state: _BeamState) -> _BeamState:
+def _search_step(config: _Config, state: BeamState) -> BeamState:
     """One step: grow alive, new alive, new finished, then the stopping rule."""
     log_probs, ids, parents, tokens, cache = _grow_alive(config, state)
     # Extensions that end here: by EOS, or forced at the sentence's max length.
@@ -256,11 +266,11 @@ def _search_step(config: _Config, state: _BeamState) -> _BeamState:
     done = _update_done(config, step, alive_log_probs, finished_scores, state.done)
     # A done sentence keeps no alive hypotheses, so it cannot touch its results.
     alive_log_probs = tf.where(done[:, tf.newaxis], _NEG_INF, alive_log_probs)
-    return _BeamState(step, ids, alive_log_probs, alive_cache, finished_ids, finished_scores,
+    return BeamState(step, ids, alive_log_probs, alive_cache, finished_ids, finished_scores,
                       finished_lengths, done)
 
 
-def _grow_alive(config: _Config, state: _BeamState):
+def _grow_alive(config: _Config, state: BeamState):
     """The k most probable one-token extensions of the alive hypotheses.
 
     Returns:
@@ -289,7 +299,7 @@ def _grow_alive(config: _Config, state: _BeamState):
     return top_log_probs, ids, parents, tokens, cache
 
 
-def _new_alive(config: _Config, state: _BeamState, log_probs, ends, parents, cache):
+def _new_alive(config: _Config, state: BeamState, log_probs, ends, parents, cache):
     """Extensions that go on, with the cache rows reordered to their parents.
 
     Returns alive log-probs float32 [batch, beam] (-inf where the extension
@@ -302,19 +312,10 @@ def _new_alive(config: _Config, state: _BeamState, log_probs, ends, parents, cac
     beam = config.beam_size
     offsets = tf.range(tf.shape(parents)[0])[:, tf.newaxis] * beam
     rows = tf.reshape(parents + offsets, [-1])  # [batch * beam]
-
-    def reorder(t):
-        return tf.gather(t, rows)
-
-    if isinstance(cache, dict) and config.fixed_keys:
-        cache = {key: value if key in config.fixed_keys else tf.nest.map_structure(reorder, value)
-                 for key, value in cache.items()}
-    else:
-        cache = tf.nest.map_structure(reorder, cache)
-    return alive_log_probs, cache
+    return alive_log_probs, _reorder(cache, rows)
 
 
-def _new_finished(config: _Config, state: _BeamState, log_probs, ids, ends):
+def _new_finished(config: _Config, state: BeamState, log_probs, ids, ends):
     """Merges the extensions that ended into the k best finished hypotheses.
 
     Returns (ids [batch, beam, width], scores [batch, beam] sorted descending,
@@ -343,12 +344,3 @@ def _update_done(config: _Config, step, alive_log_probs, finished_scores, done) 
     bound = best_alive / max_penalty
     needed = finished_scores[:, config.nbest - 1]
     return done | (step >= config.max_lengths) | (bound <= needed)
-
-
-def _result(state: _BeamState, nbest: int) -> BeamSearchResult:
-    """The nbest best finished hypotheses, BOS dropped; empty slots blanked."""
-    scores = state.finished_scores[:, :nbest]
-    empty = scores == _NEG_INF
-    ids = tf.where(empty[:, :, tf.newaxis], PAD_ID, state.finished_ids[:, :nbest, 1:])
-    lengths = tf.where(empty, 0, state.finished_lengths[:, :nbest])
-    return BeamSearchResult(ids=ids, scores=scores, lengths=lengths)

@@ -21,20 +21,15 @@ Target side: at most `source_length + extra_length` tokens, EOS included
 and `extra_length` may be overridden per call: a negative value, the default,
 means the configured one. A beam of 1 is greedy decoding on the same path.
 
-With `decode_config.jit_compile` the search runs as one XLA computation (the
-tokenizer ops stay outside it). XLA compiles per input shape, so the batch is
-padded to a power of two (repeating its last row, whose copies finish with it)
-and the source to a multiple of LENGTH_BUCKET, and each new (batch, length,
-extra_length) compiles once per process. The cache has a fixed shape: the first
-FIRST_CACHE_LENGTH steps run on a cache of that length, later steps (if any
-sentence is still going) on one padded to the full padded source length +
-extra_length. Outputs are the graph path's.
+In graph mode the decoding cache grows by a position per step. With
+`decode_config.jit_compile` the search runs as one XLA computation on padded,
+fixed shapes (xla_search.py; the tokenizer ops stay outside it). Outputs are
+the same either way.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import os
 from typing import Sequence
 
@@ -44,13 +39,11 @@ from absl import logging
 
 from tf_transformer.config import EOS_ID, PAD_ID, DecodeConfig
 from tf_transformer.decoding import signatures
-from tf_transformer.decoding.beam_search import BeamSearchResult, beam_search
+from tf_transformer.decoding.beam_search import BeamSearch, BeamSearchResult
+from tf_transformer.decoding.xla_search import LENGTH_BUCKET, CompiledSearch  # noqa: F401
 from tf_transformer.inputs.tokenizer import Tokenizer
-from tf_transformer.model.transformer import FIXED_CACHE_KEYS, Transformer
+from tf_transformer.model.transformer import Transformer
 from tf_transformer.training import checkpoints
-
-LENGTH_BUCKET = 16  # XLA: sources padded to a multiple of this many tokens
-FIRST_CACHE_LENGTH = 32  # XLA: steps on a short cache before it is padded to full length
 
 
 class Translator(tf.Module):
@@ -78,7 +71,7 @@ class Translator(tf.Module):
         self.max_source_length = int(min(max_source_length, model.max_positions))
         self.max_target_length = int(model.max_positions)
         self.jit_compile = bool(decode_config.jit_compile)
-        self._compiled = _CompiledSearches(self)
+        self._compiled = CompiledSearch(self)
 
     @classmethod
     def from_model_dir(cls, model_dir: str, checkpoint: str | None = None,
@@ -125,60 +118,25 @@ class Translator(tf.Module):
         return {"translations": strings, "scores": scores, "lengths": lengths}
 
     # -- the shared path ---------------------------------------------------
-    def search(self, source_ids: tf.Tensor, alpha, extra_length, nbest: int,
-               max_decode_length: int | None = None) -> BeamSearchResult:
-        """Beam search over the model's incremental decoder (callable in any graph).
-
-        `max_decode_length` (static) sizes the cache and the ids buffer instead
-        of the batch's longest maximum; set it under XLA (see beam_search).
-        Without it, a jit_compile translator pads and runs the compiled search.
-        """
-        if self.jit_compile and max_decode_length is None:
-            return self._search_compiled(source_ids, alpha, extra_length, nbest)
+    def search(self, source_ids: tf.Tensor, alpha, extra_length, nbest: int) -> BeamSearchResult:
+        """Beam search over the model's incremental decoder (callable in any graph):
+        a growing cache, or with jit_compile the compiled search (xla_search.py)."""
+        if self.jit_compile:
+            return self._compiled(source_ids, alpha, extra_length, nbest)
         source_ids = tf.convert_to_tensor(source_ids, tf.int32)
-        max_lengths = self._max_lengths(source_ids, extra_length)
-        memory = self.model.encode(source_ids, training=False)
-        if max_decode_length is None:  # graph mode: a cache as long as the output so far
-            cache_length = None
-            cache = self.model.initial_cache(memory, source_ids)
-            decode_step = functools.partial(self.model.decode_step, growing=True)
-        else:  # XLA: fixed shapes, a short cache first (most outputs stop early)
-            cache_length = tf.minimum(max_decode_length, self.max_target_length)
-            first = tf.minimum(FIRST_CACHE_LENGTH, cache_length)
-            cache = self.model.initial_cache(memory, source_ids, first)
-            decode_step = self.model.decode_step
-            grow = (FIRST_CACHE_LENGTH,
-                    functools.partial(self.model.grow_cache, max_length=cache_length))
-        return beam_search(
-            decode_step, cache, vocab_size=self.model.vocab_size,
-            beam_size=self.beam_size, alpha=alpha, max_lengths=max_lengths, nbest=nbest,
-            fixed_cache_keys=FIXED_CACHE_KEYS,
-            max_decode_length=None if max_decode_length is None else cache_length,
-            grow_cache=None if max_decode_length is None else grow)
+        cache = self.model.initial_cache(self.model.encode(source_ids, training=False), source_ids)
+        search = self.beam_search(source_ids, alpha, extra_length, nbest)
+        return search.finish(search.advance(search.start(cache)))
 
-    def _search_compiled(self, source_ids, alpha, extra_length, nbest: int) -> BeamSearchResult:
-        """The XLA search on the batch padded to a compiled shape, cut back to it."""
-        source_ids = tf.convert_to_tensor(source_ids, tf.int32)
-        batch, length = tf.shape(source_ids)[0], tf.shape(source_ids)[1]
-        padded_length = -(-length // LENGTH_BUCKET) * LENGTH_BUCKET
-        padded_length = tf.maximum(tf.minimum(padded_length, self.max_source_length),
-                                   tf.maximum(length, 1))
-        powers = 2 ** tf.range(31)
-        padded_batch = tf.reduce_min(tf.boolean_mask(powers, powers >= batch))
-        padded = tf.pad(source_ids, [[0, 0], [0, padded_length - length]],
-                        constant_values=PAD_ID)
-        # Filler rows repeat the last sentence (or, for an empty batch, are empty).
-        empty_row = tf.one_hot(0, padded_length, on_value=EOS_ID, off_value=PAD_ID,
-                               dtype=tf.int32)
-        rows = tf.range(padded_batch)
-        rows = tf.where(rows < batch, rows, tf.maximum(batch - 1, 0))
-        padded = tf.gather(tf.concat([padded, empty_row[tf.newaxis]], 0), rows)
-        ids, scores, lengths = self._compiled.get(nbest)(padded, alpha, extra_length)
-        # The graph path's ids width: the batch's longest allowed output.
-        width = tf.maximum(tf.reduce_max(self._max_lengths(source_ids, extra_length)), 1)
-        return BeamSearchResult(ids[:batch, :, :width], scores[:batch], lengths[:batch])
+    def beam_search(self, source_ids, alpha, extra_length, nbest: int,
+                    max_decode_length=None) -> BeamSearch:
+        """The settings of one search over `source_ids` (BeamSearch's arguments)."""
+        return BeamSearch(self.model.decode_step, vocab_size=self.model.vocab_size,
+                          beam_size=self.beam_size, alpha=alpha, nbest=nbest,
+                          max_lengths=self.max_lengths(source_ids, extra_length),
+                          max_decode_length=max_decode_length)
 
-    def _max_lengths(self, source_ids, extra_length) -> tf.Tensor:
+    def max_lengths(self, source_ids, extra_length) -> tf.Tensor:
         """int32 [batch]: each source's token count + extra_length, capped (module docstring)."""
         source_lengths = tf.reduce_sum(tf.cast(source_ids != PAD_ID, tf.int32), axis=1)
         return tf.minimum(source_lengths + extra_length, self.max_target_length)
@@ -207,29 +165,6 @@ class Translator(tf.Module):
         empty = empty[:, tf.newaxis]
         return (tf.where(empty, "", strings), tf.where(empty, 0.0, result.scores),
                 tf.where(empty, 0, result.lengths))
-
-
-class _CompiledSearches:
-    """The jit-compiled search per nbest, built on first use. A plain object,
-    so SavedModel tracking ignores it (the functions are saved where called)."""
-
-    def __init__(self, translator: Translator):
-        self._translator = translator
-        self._functions = {}
-
-    def get(self, nbest: int):
-        if nbest not in self._functions:
-            translator = self._translator
-
-            def compiled_search(source_ids, alpha, extra_length):
-                # Shapes from the input shape and extra_length: XLA compile-time constants.
-                width = tf.shape(source_ids)[1] + extra_length
-                result = translator.search(source_ids, alpha, extra_length, nbest,
-                                           max_decode_length=width)
-                return result.ids, result.scores, result.lengths
-
-            self._functions[nbest] = tf.function(compiled_search, jit_compile=True)
-        return self._functions[nbest]
 
 
 @dataclasses.dataclass

@@ -63,6 +63,7 @@ import tensorflow as tf
 
 from tf_transformer.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID, DecodeConfig
 from tf_transformer.model import Transformer
+from tf_transformer.model.layers import SelfAttention
 from tf_transformer.training import checkpoints
 
 try:
@@ -178,7 +179,7 @@ def _set_norm(spec, norm):
 
 
 def _set_attention(spec, attention, norm):
-    if attention.self_attention:
+    if isinstance(attention, SelfAttention):
         _set_linear(spec.linear[0], attention.qkv_kernel, attention.qkv_bias)
     else:
         _set_linear(spec.linear[0], attention.query_kernel, attention.query_bias)

@@ -1,11 +1,16 @@
 """The Transformer (section 3): encoder-decoder with a shared embedding.
 
-Four entry points, each with one return type:
-  call(inputs)                       -> float32 logits [batch, T, vocab] (training)
-  encode(source)                     -> memory [batch, S, d_model]
-  initial_cache(memory, source, L)   -> decoding cache for L steps
-  decode_step(ids, step, cache)      -> (float32 logits [batch, vocab], cache)
-`decode_step` is the `symbols_to_logits_fn` contract of beam_search.py.
+Entry points, each with one return type:
+  build_model(config)                    -> a built Transformer
+  call(inputs)                           -> float32 logits [batch, T, vocab] (training)
+  states(inputs)                         -> decoder states [batch, T, d_model]
+  logits(states)                         -> float32 logits [..., vocab]
+  encode(source)                         -> memory [batch, S, d_model]
+  decode_states(target_in, memory, src)  -> decoder states [batch, T, d_model]
+  initial_cache(memory, source, empty)   -> DecoderCache (model/cache.py)
+  decode_step(ids, step, cache)          -> (float32 logits [batch, vocab], DecoderCache)
+`decode_step` is the `symbols_to_logits_fn` contract of decoding/beam_search.py;
+the trainer uses `states` + `logits` to project non-pad positions only.
 """
 
 import dataclasses
@@ -14,12 +19,10 @@ import keras
 import tensorflow as tf
 
 from tf_transformer.config import ModelConfig
+from tf_transformer.model import cache as caches
 from tf_transformer.model import masks
+from tf_transformer.model.cache import DecoderCache
 from tf_transformer.model.layers import Decoder, Encoder, TokenAndPositionEmbedding
-
-# Cache entries the same for every beam of a sentence: beam search tiles them
-# but never reorders them.
-FIXED_CACHE_KEYS = ("memory",)
 
 
 @keras.saving.register_keras_serializable(package="tf_transformer")
@@ -96,61 +99,39 @@ class Transformer(keras.Model):
         return self.logits(self.states(inputs, training=training))
 
     # -- incremental decoding ------------------------------------------------
-    def initial_cache(self, memory, source, max_length=None):
-        """The decoding cache: fixed-shape for up to `max_length` steps, or growing.
+    def initial_cache(self, memory, source,
+                      empty: caches.EmptyCache = caches.growing()) -> DecoderCache:
+        """The decoding cache of a batch: memory [batch, S, d_model], source [batch, S] ids.
 
-        Returns {"memory": {"layers": [{"k", "v"}] * N, "bias": [batch, 1, 1, S]},
-                 "self": [{"k": [batch, h, L, d_k], "v": [..., d_v]}] * N},
-        L = max_length, or 0 when max_length is None: a growing cache, one
-        position appended per step (pass growing=True to decode_step). A fixed
-        shape is what XLA needs; growing is what graph mode wants, since every
-        step then copies, reorders and attends over the positions decoded so
-        far rather than over all max_length. Memory keys/values are projected
-        here once per sentence.
+        Memory keys/values are projected here, once per sentence. `empty` makes
+        each layer's self-attention cache: caches.growing() (graph mode: each
+        step copies, reorders and attends over the positions decoded so far)
+        or caches.fixed(L) (XLA: static shapes, L positions).
         """
         batch = tf.shape(memory)[0]
-        max_length = 0 if max_length is None else max_length
-        memory_layers = []
-        self_layers = []
+        self_caches, keys, values = [], [], []
         for layer in self.decoder.layers:
             k, v = layer.cross_attention.project_memory(memory)
-            memory_layers.append({"k": k, "v": v})
-            self_layers.append({
-                "k": tf.zeros([batch, self.num_heads, max_length, self.d_k], memory.dtype),
-                "v": tf.zeros([batch, self.num_heads, max_length, self.d_v], memory.dtype)})
+            keys.append(k)
+            values.append(v)
+            self_caches.append(empty(batch, self.num_heads, self.d_k, self.d_v, memory.dtype))
         bias = masks.attention_bias(masks.padding_mask(source))
-        return {"memory": {"layers": memory_layers, "bias": bias}, "self": self_layers}
+        return DecoderCache(tuple(self_caches), tuple(keys), tuple(values), bias)
 
-    def grow_cache(self, cache, max_length):
-        """A fixed-shape cache padded to `max_length` positions (from a shorter
-        initial_cache; beam_search's grow_cache)."""
-        def pad(t):
-            return tf.pad(t, [[0, 0], [0, 0], [0, max_length - tf.shape(t)[2]], [0, 0]])
-        return {"memory": cache["memory"],
-                "self": [{"k": pad(c["k"]), "v": pad(c["v"])} for c in cache["self"]]}
-
-    def decode_step(self, ids, step, cache, growing=False):
+    def decode_step(self, ids, step, cache: DecoderCache):
         """Logits for the token after ids[:, step], reading earlier positions from `cache`.
 
         Args:
-          ids: int32 [batch, L + 1] buffer; column 0 is BOS.
+          ids: int32 [batch, width]; column 0 is BOS.
           step: int32 scalar.
-          cache: from `initial_cache` (or a previous step).
-          growing: whether the cache is the growing kind (initial_cache without
-            max_length).
+          cache: from `initial_cache` (or a previous step), either kind.
         Returns:
-          (float32 logits [batch, vocab], updated cache).
+          (float32 logits [batch, vocab], the cache with position `step` written).
         """
         token = ids[:, step][:, tf.newaxis]
         x = self.target_embedding(token, start_index=step)
-        if growing:
-            step_bias = None
-        else:
-            cache_length = tf.shape(cache["self"][0]["k"])[2]
-            step_bias = masks.attention_bias(masks.step_mask(step, cache_length))
-        y, new_self = self.decoder.call_step(x, step, cache, step_bias, cache["memory"]["bias"])
-        logits = self.target_embedding.logits(y[:, 0])
-        return logits, {"memory": cache["memory"], "self": new_self}
+        y, self_caches = self.decoder.step(x, step, cache)
+        return self.logits(y[:, 0]), cache._replace(self_attention=self_caches)
 
     def get_config(self):
         config = super().get_config()

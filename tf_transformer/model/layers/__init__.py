@@ -1,6 +1,6 @@
 """Keras layers of the Transformer, one concept per module (section 3)."""
 
-from tf_transformer.model.layers.attention import MultiHeadAttention
+from tf_transformer.model.layers.attention import CrossAttention, SelfAttention
 from tf_transformer.model.layers.decoder import Decoder, DecoderLayer
 from tf_transformer.model.layers.embedding import (
     LearnedPositions,
@@ -10,6 +10,6 @@ from tf_transformer.model.layers.encoder import Encoder, EncoderLayer
 from tf_transformer.model.layers.feed_forward import FeedForward
 
 __all__ = [
-    "Decoder", "DecoderLayer", "Encoder", "EncoderLayer", "FeedForward",
-    "LearnedPositions", "MultiHeadAttention", "TokenAndPositionEmbedding",
+    "CrossAttention", "Decoder", "DecoderLayer", "Encoder", "EncoderLayer", "FeedForward",
+    "LearnedPositions", "SelfAttention", "TokenAndPositionEmbedding",
 ]

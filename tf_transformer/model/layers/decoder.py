@@ -1,13 +1,14 @@
 """The decoder stack (section 3.1): masked self-attention, encoder-decoder attention, FFN.
 
 Besides the full (teacher-forced) pass, each layer runs one decoding step
-against a fixed-shape key/value cache; `tests/test_model.py` checks that both
-give the same logits.
+against the model's DecoderCache (model/cache.py, growing or fixed alike);
+tests/model/test_cache.py checks that both give the full pass's logits.
 """
 
 import keras
 
-from tf_transformer.model.layers.attention import MultiHeadAttention
+from tf_transformer.model.cache import DecoderCache
+from tf_transformer.model.layers.attention import CrossAttention, SelfAttention
 from tf_transformer.model.layers.feed_forward import FeedForward
 from tf_transformer.model.layers.stack import LayerStack
 
@@ -27,14 +28,12 @@ class DecoderLayer(keras.layers.Layer):
         def norm(name):
             return keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, name=name, dtype=policy)
 
-        self.self_attention = MultiHeadAttention(
-            d_model, num_heads, d_k, d_v, attention_dropout, self_attention=True,
-            name="self_attention", dtype=policy)
+        self.self_attention = SelfAttention(d_model, num_heads, d_k, d_v, attention_dropout,
+                                            name="self_attention", dtype=policy)
         self.self_attention_dropout = keras.layers.Dropout(dropout, dtype=policy)
         self.self_attention_norm = norm("self_attention_norm")
-        self.cross_attention = MultiHeadAttention(
-            d_model, num_heads, d_k, d_v, attention_dropout, self_attention=False,
-            name="cross_attention", dtype=policy)
+        self.cross_attention = CrossAttention(d_model, num_heads, d_k, d_v, attention_dropout,
+                                              name="cross_attention", dtype=policy)
         self.cross_attention_dropout = keras.layers.Dropout(dropout, dtype=policy)
         self.cross_attention_norm = norm("cross_attention_norm")
         self.feed_forward = FeedForward(d_model, d_ff, name="feed_forward", dtype=policy)
@@ -64,42 +63,41 @@ class DecoderLayer(keras.layers.Layer):
           memory_bias: [batch, 1, 1, S] source padding bias.
         """
         x = self._residual(
-            x, lambda y: self.self_attention(y, bias=self_bias, training=training),
+            x, lambda y: self.self_attention(y, self_bias, training=training),
             self.self_attention_dropout, self.self_attention_norm, training)
         x = self._residual(
-            x, lambda y: self.cross_attention(y, memory, bias=memory_bias, training=training),
+            x, lambda y: self.cross_attention(y, memory, memory_bias, training=training),
             self.cross_attention_dropout, self.cross_attention_norm, training)
         return self._residual(x, self.feed_forward, self.feed_forward_dropout,
                               self.feed_forward_norm, training)
 
-    def call_step(self, x, step, self_cache, memory_k, memory_v, step_bias, memory_bias):
+    def step(self, x, step, self_cache, memory_keys, memory_values, memory_bias):
         """One decoding step (inference only: no dropout).
 
         Args:
           x: [batch, 1, d_model] the newest position.
           step: int32 scalar position of x.
-          self_cache: {"k": [batch, h, L, d_k], "v": [batch, h, L, d_v]}.
-          memory_k, memory_v: this layer's projected memory [batch, h, S, d_k|d_v].
-          step_bias: [1, 1, 1, L] for a fixed-shape cache, None for a growing one;
-            memory_bias: [batch, 1, 1, S].
+          self_cache: this layer's SelfAttentionCache (model/cache.py).
+          memory_keys, memory_values: this layer's projected memory [batch, h, S, d_k|d_v].
+          memory_bias: [batch, 1, 1, S].
         Returns:
           (y [batch, 1, d_model], updated self_cache).
         """
-        new_cache = {}
+        caches = []
 
         def self_attend(y):
-            out, cache = self.self_attention.call_self_cached(y, self_cache, step, step_bias)
-            new_cache.update(cache)
+            out, cache = self.self_attention.step(y, self_cache, step)
+            caches.append(cache)
             return out
 
         x = self._residual(x, self_attend, self.self_attention_dropout,
                            self.self_attention_norm, False)
         x = self._residual(
-            x, lambda y: self.cross_attention.call_cross_cached(y, memory_k, memory_v, memory_bias),
+            x, lambda y: self.cross_attention.step(y, memory_keys, memory_values, memory_bias),
             self.cross_attention_dropout, self.cross_attention_norm, False)
         x = self._residual(x, self.feed_forward, self.feed_forward_dropout,
                            self.feed_forward_norm, False)
-        return x, new_cache
+        return x, caches[0]
 
     def get_config(self):
         config = super().get_config()
@@ -122,16 +120,12 @@ class Decoder(LayerStack):
             x = layer(x, memory, self_bias, memory_bias, training=training)
         return self.normalize_output(x)
 
-    def call_step(self, x, step, cache, step_bias, memory_bias):
-        """x [batch, 1, d_model] -> (y [batch, 1, d_model], new per-layer self caches).
-
-        `cache` is the model's decoding cache: cache["self"][i] and
-        cache["memory"][i] hold layer i's self-attention cache and projected memory.
-        """
+    def step(self, x, step, cache: DecoderCache):
+        """x [batch, 1, d_model] at position `step` -> (y [batch, 1, d_model], the
+        tuple of updated self-attention caches, one per layer)."""
         new_self = []
         for i, layer in enumerate(self.layers):
-            memory = cache["memory"]["layers"][i]
-            x, layer_cache = layer.call_step(x, step, cache["self"][i], memory["k"], memory["v"],
-                                             step_bias, memory_bias)
+            x, layer_cache = layer.step(x, step, cache.self_attention[i], cache.memory_keys[i],
+                                        cache.memory_values[i], cache.memory_bias)
             new_self.append(layer_cache)
-        return self.normalize_output(x), new_self
+        return self.normalize_output(x), tuple(new_self)

@@ -2,7 +2,7 @@
 
 import keras
 
-from tf_transformer.model.layers.attention import MultiHeadAttention
+from tf_transformer.model.layers.attention import SelfAttention
 from tf_transformer.model.layers.feed_forward import FeedForward
 from tf_transformer.model.layers.stack import LayerStack
 
@@ -25,9 +25,8 @@ class EncoderLayer(keras.layers.Layer):
         self.dropout, self.attention_dropout = dropout, attention_dropout
         self.pre_norm, self.layer_norm_epsilon = pre_norm, layer_norm_epsilon
         policy = self.dtype_policy
-        self.self_attention = MultiHeadAttention(
-            d_model, num_heads, d_k, d_v, attention_dropout, self_attention=True,
-            name="self_attention", dtype=policy)
+        self.self_attention = SelfAttention(d_model, num_heads, d_k, d_v, attention_dropout,
+                                            name="self_attention", dtype=policy)
         self.self_attention_dropout = keras.layers.Dropout(dropout, dtype=policy)
         self.self_attention_norm = _norm(layer_norm_epsilon, "self_attention_norm", policy)
         self.feed_forward = FeedForward(d_model, d_ff, name="feed_forward", dtype=policy)
@@ -45,12 +44,12 @@ class EncoderLayer(keras.layers.Layer):
         """x [batch, S, d_model]; bias: padding bias [batch, 1, 1, S]."""
         if self.pre_norm:
             x = x + self.self_attention_dropout(
-                self.self_attention(self.self_attention_norm(x), bias=bias, training=training),
+                self.self_attention(self.self_attention_norm(x), bias, training=training),
                 training=training)
             return x + self.feed_forward_dropout(
                 self.feed_forward(self.feed_forward_norm(x)), training=training)
         x = self.self_attention_norm(x + self.self_attention_dropout(
-            self.self_attention(x, bias=bias, training=training), training=training))
+            self.self_attention(x, bias, training=training), training=training))
         return self.feed_forward_norm(x + self.feed_forward_dropout(
             self.feed_forward(x), training=training))
 

@@ -1,0 +1,128 @@
+"""The decoding cache (model/cache.py): both kinds give the full pass's logits,
+eagerly, inside tf.while_loop and under XLA; the beam-facing protocol."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tf_transformer.config import BOS_ID, ModelConfig
+from tf_transformer.model import build_model, cache
+from tf_transformer.model.cache import DecoderCache, FixedCache, GrowingCache
+
+TINY = ModelConfig(vocab_size=40, num_layers=2, d_model=32, d_ff=64, num_heads=4, dropout=0.0)
+KINDS = {"growing": lambda length: cache.growing(), "fixed": cache.fixed}
+
+
+def _batch(batch=2, s=7, t=8):
+    rng = np.random.default_rng(0)
+    source = rng.integers(4, 40, size=(batch, s))
+    target = rng.integers(4, 40, size=(batch, t))
+    target[:, 0] = BOS_ID
+    source[1, 4:] = 0  # a shorter source
+    return tf.constant(source, tf.int32), tf.constant(target, tf.int32)
+
+
+def _full(model, source, target):
+    return model({"source": source, "target_in": target}).numpy()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("overrides", [{}, {"pre_norm": True}, {"positions": "learned"},
+                                       {"d_k": 8, "d_v": 12}])
+def test_cached_decoding_equals_full_pass(overrides, kind):
+    model = build_model(TINY.__class__(**{**TINY.__dict__, **overrides}))
+    source, target = _batch()
+    state = model.initial_cache(model.encode(source), source, KINDS[kind](8))
+    steps = []
+    for step in range(8):
+        logits, state = model.decode_step(target, tf.constant(step), state)
+        steps.append(logits.numpy())
+    assert state.self_attention[0].keys.shape[2] == 8  # grown to, or fixed at, 8 positions
+    np.testing.assert_allclose(np.stack(steps, 1), _full(model, source, target), atol=1e-5)
+
+
+def _loop_decoder(model, kind, jit):
+    """A tf.function decoding every position of `target` in a tf.while_loop
+    (fixed cache) or, for a growing cache under XLA, a Python loop (XLA loops
+    need loop-invariant shapes; the graph's while_loop does not)."""
+    def run(source, target):
+        length = target.shape[1]
+        state = model.initial_cache(model.encode(source), source, KINDS[kind](length))
+        if kind == "growing" and jit:
+            steps = []
+            for step in range(length):
+                logits, state = model.decode_step(target, tf.constant(step), state)
+                steps.append(logits)
+            return tf.stack(steps, 1)
+
+        def body(step, state, out):
+            logits, state = model.decode_step(target, step, state)
+            return step + 1, state, out.write(step, logits)
+
+        invariants = tf.nest.map_structure(lambda t: tf.TensorShape([None] * t.shape.rank), state)
+        _, _, out = tf.while_loop(
+            lambda step, *_: step < length, body,
+            (tf.constant(0), state, tf.TensorArray(tf.float32, size=length)),
+            shape_invariants=(tf.TensorShape([]), invariants, tf.TensorShape(None)))
+        return tf.transpose(out.stack(), [1, 0, 2])
+    return tf.function(run, jit_compile=jit)
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["while_loop", "jit_compile"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_cache_equals_full_pass_compiled(kind, jit):
+    model = build_model(TINY)
+    source, target = _batch()
+    decode = _loop_decoder(model, kind, jit)
+    np.testing.assert_allclose(decode(source, target).numpy(), _full(model, source, target),
+                               atol=1e-5)
+
+
+def test_short_fixed_cache_padded_midway_equals_full_pass():
+    """XLA's staging (decoding/xla_search.py): 3 steps on 3 positions, then 8."""
+    model = build_model(TINY)
+    source, target = _batch()
+    state = model.initial_cache(model.encode(source), source, cache.fixed(3))
+    steps = []
+    for step in range(8):
+        if step == 3:
+            state = state.padded(8)
+        logits, state = model.decode_step(target, tf.constant(step), state)
+        steps.append(logits.numpy())
+    np.testing.assert_allclose(np.stack(steps, 1), _full(model, source, target), atol=1e-5)
+
+
+def test_both_kinds_write_the_same_positions():
+    k = tf.reshape(tf.range(2 * 3 * 4, dtype=tf.float32), [2, 3, 1, 4])
+    growing = GrowingCache(tf.zeros([2, 3, 0, 4]), tf.zeros([2, 3, 0, 4]))
+    fixed = FixedCache(tf.zeros([2, 3, 5, 4]), tf.zeros([2, 3, 5, 4]))
+    for step in range(2):
+        growing = growing.write(k + step, -k - step, step)
+        fixed = fixed.write(k + step, -k - step, step)
+    assert growing.keys.shape == (2, 3, 2, 4)
+    np.testing.assert_array_equal(fixed.keys[:, :, :2], growing.keys)
+    np.testing.assert_array_equal(fixed.values[:, :, :2], growing.values)
+    assert not fixed.keys[:, :, 2:].numpy().any()
+    assert growing.bias(1) == 0.0
+    np.testing.assert_array_equal(fixed.bias(1).numpy()[0, 0, 0] == 0.0,
+                                  [True, True, False, False, False])
+    assert fixed.padded(7).keys.shape == (2, 3, 7, 4)
+
+
+def test_beams_share_memory_and_reorder_self_attention():
+    model = build_model(TINY)
+    source, target = _batch()
+    state = model.initial_cache(model.encode(source), source, cache.fixed(8))
+    _, state = model.decode_step(target, tf.constant(0), state)
+    tiled = state.tile(3)
+    assert isinstance(tiled, DecoderCache)
+    for before, after in zip(tf.nest.flatten(state), tf.nest.flatten(tiled)):
+        np.testing.assert_array_equal(after.numpy(), np.repeat(before.numpy(), 3, axis=0))
+    rows = tf.constant([5, 5, 4, 0, 1, 2])
+    reordered = tiled.reorder(rows)
+    for before, after in zip(tf.nest.flatten(tiled.self_attention),
+                             tf.nest.flatten(reordered.self_attention)):
+        np.testing.assert_array_equal(after.numpy(), before.numpy()[rows.numpy()])
+    # What every beam shares is left as it is, not gathered.
+    assert reordered.memory_keys[0] is tiled.memory_keys[0]
+    assert reordered.memory_bias is tiled.memory_bias

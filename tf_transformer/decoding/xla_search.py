@@ -1,0 +1,91 @@
+"""The Translator's XLA search (DecodeConfig.jit_compile): compiled shapes and a staged cache.
+
+XLA compiles per input shape, so the batch is padded to a power of two
+(filler rows repeat the last sentence, so they finish with it) and the source
+to a multiple of LENGTH_BUCKET: each new (batch, length, extra_length)
+compiles once per process. Inside, every shape is static: the ids buffer and
+the cache hold the padded source length + extra_length positions (capped at
+the model's max_positions). The cache is a FixedCache (model/cache.py) of
+FIRST_CACHE_LENGTH positions for the first steps, padded once to the full
+length if some sentence is still going: a batch whose outputs stop early never
+copies, reorders or attends over the long buffer. Outputs are cut back to the
+caller's batch and to the graph path's ids width, so they are the graph path's.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import tensorflow as tf
+
+from tf_transformer.config import EOS_ID, PAD_ID
+from tf_transformer.decoding.beam_search import BeamSearchResult
+from tf_transformer.model import cache
+
+if TYPE_CHECKING:
+    from tf_transformer.decoding.translator import Translator
+
+LENGTH_BUCKET = 16  # sources padded to a multiple of this many tokens
+FIRST_CACHE_LENGTH = 32  # steps on a short cache before it is padded to full length
+
+
+def pad_to_compiled_shape(source_ids: tf.Tensor, max_source_length: int) -> tf.Tensor:
+    """int32 [B, S] -> [B', S']: B' the next power of two >= B, S' the next multiple
+    of LENGTH_BUCKET (at most max_source_length, at least S and 1).
+
+    Filler rows repeat the last row; an empty batch gets rows of a lone EOS.
+    """
+    batch, length = tf.shape(source_ids)[0], tf.shape(source_ids)[1]
+    padded_length = -(-length // LENGTH_BUCKET) * LENGTH_BUCKET
+    padded_length = tf.maximum(tf.minimum(padded_length, max_source_length),
+                               tf.maximum(length, 1))
+    powers = 2 ** tf.range(31)
+    padded_batch = tf.reduce_min(tf.boolean_mask(powers, powers >= batch))
+    padded = tf.pad(source_ids, [[0, 0], [0, padded_length - length]], constant_values=PAD_ID)
+    empty_row = tf.one_hot(0, padded_length, on_value=EOS_ID, off_value=PAD_ID, dtype=tf.int32)
+    rows = tf.range(padded_batch)
+    rows = tf.where(rows < batch, rows, tf.maximum(batch - 1, 0))
+    return tf.gather(tf.concat([padded, empty_row[tf.newaxis]], 0), rows)
+
+
+def fixed_shape_search(translator: Translator, source_ids, alpha, extra_length,
+                       nbest: int) -> BeamSearchResult:
+    """The search with static shapes (source_ids' shape and extra_length are
+    compile-time constants): a short FixedCache first, padded once if needed."""
+    model = translator.model
+    width = tf.minimum(tf.shape(source_ids)[1] + extra_length, translator.max_target_length)
+    search = translator.beam_search(source_ids, alpha, extra_length, nbest, max_decode_length=width)
+    memory = model.encode(source_ids, training=False)
+    first = model.initial_cache(memory, source_ids, cache.fixed(tf.minimum(FIRST_CACHE_LENGTH, width)))
+    state = search.advance(search.start(first), until=FIRST_CACHE_LENGTH)
+    state = state._replace(alive_cache=state.alive_cache.padded(width))
+    return search.finish(search.advance(state))
+
+
+class CompiledSearch:
+    """The jit-compiled search per nbest, built on first use. A plain object,
+    so SavedModel tracking ignores it (the functions are saved where called)."""
+
+    def __init__(self, translator: Translator):
+        self._translator = translator
+        self._functions = {}
+
+    def __call__(self, source_ids, alpha, extra_length, nbest: int) -> BeamSearchResult:
+        """source_ids int32 [B, S] -> the graph path's BeamSearchResult for them."""
+        translator = self._translator
+        source_ids = tf.convert_to_tensor(source_ids, tf.int32)
+        padded = pad_to_compiled_shape(source_ids, translator.max_source_length)
+        ids, scores, lengths = self._function(nbest)(padded, alpha, extra_length)
+        # The graph path's ids width: the batch's longest allowed output.
+        width = tf.maximum(tf.reduce_max(translator.max_lengths(source_ids, extra_length)), 1)
+        batch = tf.shape(source_ids)[0]
+        return BeamSearchResult(ids[:batch, :, :width], scores[:batch], lengths[:batch])
+
+    def _function(self, nbest: int):
+        if nbest not in self._functions:
+            def compiled_search(source_ids, alpha, extra_length):
+                return tuple(fixed_shape_search(self._translator, source_ids, alpha,
+                                                extra_length, nbest))
+
+            self._functions[nbest] = tf.function(compiled_search, jit_compile=True)
+        return self._functions[nbest]

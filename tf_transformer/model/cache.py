@@ -1,0 +1,125 @@
+"""The incremental decoding cache: one interface, a growing and a fixed implementation.
+
+A self-attention cache holds the keys and values of the positions decoded so
+far, [batch, h, L, d_k] and [batch, h, L, d_v]. Both kinds answer the same two
+questions, so `SelfAttention.step` and `Transformer.decode_step` need no mode:
+  write(k, v, step) -> the cache with step `step`'s key/value stored;
+  bias(step)        -> the additive float32 bias the query at `step` attends with.
+`GrowingCache` appends (L = positions so far): every step copies, reorders and
+attends over only what was decoded, the cheap choice in graph mode.
+`FixedCache` scatters into a buffer of static length L and masks later
+positions: the shapes XLA needs; `padded(L')` moves it to a longer buffer
+between two loops (a short first buffer serves outputs that stop early).
+
+`DecoderCache` is the model's whole cache. It follows beam_search's cache
+protocol (`tile`, `reorder`): the self-attention caches follow their beams,
+while the projected encoder memory and its bias, the same for every beam of a
+sentence, are tiled once and never reordered. All classes are NamedTuples, so
+the cache is a nest that tf.while_loop and XLA carry as it is.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, NamedTuple, Union
+
+import tensorflow as tf
+
+from tf_transformer.model import masks
+
+
+class GrowingCache(NamedTuple):
+    """Keys/values of positions 0..step-1; `write` appends position `step`."""
+
+    keys: tf.Tensor  # [batch, h, step, d_k]
+    values: tf.Tensor  # [batch, h, step, d_v]
+
+    def write(self, k: tf.Tensor, v: tf.Tensor, step) -> "GrowingCache":
+        """k [batch, h, 1, d_k], v [batch, h, 1, d_v] become position `step` (== L)."""
+        return GrowingCache(tf.concat([self.keys, k], axis=2), tf.concat([self.values, v], axis=2))
+
+    def bias(self, step) -> float:
+        """Every cached position is at or before `step`: nothing to mask."""
+        return 0.0
+
+
+class FixedCache(NamedTuple):
+    """Keys/values in a buffer of static length L; positions after `step` are masked."""
+
+    keys: tf.Tensor  # [batch, h, L, d_k]
+    values: tf.Tensor  # [batch, h, L, d_v]
+
+    def write(self, k: tf.Tensor, v: tf.Tensor, step) -> "FixedCache":
+        """Scatters k [batch, h, 1, d_k], v [batch, h, 1, d_v] into column `step`.
+
+        A scatter, not a select: XLA updates the buffer in place, where a
+        select rewrites all of it every step.
+        """
+        batch, heads = tf.shape(k)[0], tf.shape(k)[1]
+        rows, head = tf.meshgrid(tf.range(batch), tf.range(heads), indexing="ij")
+        index = tf.stack([rows, head, tf.fill(tf.shape(rows), step)], axis=-1)
+        return FixedCache(tf.tensor_scatter_nd_update(self.keys, index, k[:, :, 0]),
+                          tf.tensor_scatter_nd_update(self.values, index, v[:, :, 0]))
+
+    def bias(self, step) -> tf.Tensor:
+        """[1, 1, 1, L]: keys 0..step visible (masks.step_mask)."""
+        return masks.attention_bias(masks.step_mask(step, tf.shape(self.keys)[2]))
+
+    def padded(self, length) -> "FixedCache":
+        """The same positions in a buffer of `length` >= L columns."""
+        def pad(t):
+            return tf.pad(t, [[0, 0], [0, 0], [0, length - tf.shape(t)[2]], [0, 0]])
+        return FixedCache(pad(self.keys), pad(self.values))
+
+
+SelfAttentionCache = Union[GrowingCache, FixedCache]
+# (batch, num_heads, d_k, d_v, dtype) -> an empty self-attention cache.
+EmptyCache = Callable[..., SelfAttentionCache]
+
+
+def growing() -> EmptyCache:
+    """Empty growing caches (graph mode): L starts at 0."""
+    def empty(batch, num_heads, d_k, d_v, dtype) -> GrowingCache:
+        return GrowingCache(tf.zeros([batch, num_heads, 0, d_k], dtype),
+                            tf.zeros([batch, num_heads, 0, d_v], dtype))
+    return empty
+
+
+def fixed(length) -> EmptyCache:
+    """Empty fixed caches of `length` positions (XLA)."""
+    def empty(batch, num_heads, d_k, d_v, dtype) -> FixedCache:
+        return FixedCache(tf.zeros([batch, num_heads, length, d_k], dtype),
+                          tf.zeros([batch, num_heads, length, d_v], dtype))
+    return empty
+
+
+def tile_rows(t: tf.Tensor, beam: int) -> tf.Tensor:
+    """[batch, ...] -> [batch * beam, ...], row b * beam + j copies row b."""
+    return tf.repeat(t, beam, axis=0)
+
+
+class DecoderCache(NamedTuple):
+    """The model's decoding cache; every tensor's first dimension is the batch.
+
+    self_attention: layer i's SelfAttentionCache, reordered with the beams.
+    memory_keys, memory_values: layer i's projected encoder memory,
+      [batch, h, S, d_k] and [batch, h, S, d_v]: the same for every beam.
+    memory_bias: [batch, 1, 1, S] source padding bias: the same for every beam.
+    """
+
+    self_attention: tuple
+    memory_keys: tuple
+    memory_values: tuple
+    memory_bias: tf.Tensor
+
+    def tile(self, beam: int) -> "DecoderCache":
+        """Every row repeated `beam` times (beam_search's cache protocol)."""
+        return tf.nest.map_structure(lambda t: tile_rows(t, beam), self)
+
+    def reorder(self, rows: tf.Tensor) -> "DecoderCache":
+        """Self-attention rows gathered to `rows` [batch]; memory untouched."""
+        self_attention = tf.nest.map_structure(lambda t: tf.gather(t, rows), self.self_attention)
+        return self._replace(self_attention=self_attention)
+
+    def padded(self, length) -> "DecoderCache":
+        """Every FixedCache moved to a buffer of `length` positions."""
+        return self._replace(self_attention=tuple(c.padded(length) for c in self.self_attention))
