@@ -14,13 +14,15 @@ import time
 
 from absl import app, flags
 
+from bench import timing
+from bench.timing import define_step_flags
+
 flags.DEFINE_string("preset", "small", "Preset.")
 flags.DEFINE_string("dtype", "float32", "float32 or mixed_bfloat16.")
 flags.DEFINE_bool("xla", False, "jit_compile the forward/backward pass.")
-flags.DEFINE_integer("length", 48, "Tokens per sentence, each side.")
-flags.DEFINE_integer("tokens_per_batch", 4096, "Tokens per side per batch.")
-flags.DEFINE_integer("steps", 3, "Profiled steps.")
+define_step_flags(3, "Profiled steps.", "Tokens per side per batch.")
 flags.DEFINE_integer("top", 25, "Op rows to print.")
+flags.adopt_module_key_flags(timing)  # --help lists the step flags too
 FLAGS = flags.FLAGS
 
 

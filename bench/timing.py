@@ -7,6 +7,15 @@ import json
 import time
 
 
+def define_step_flags(steps: int, steps_help: str, tokens_help: str) -> None:
+    """The synthetic training batch of the step benchmarks: --length, --tokens_per_batch, --steps."""
+    from absl import flags
+
+    flags.DEFINE_integer("length", 48, "Tokens per sentence, each side.")
+    flags.DEFINE_integer("tokens_per_batch", 4096, tokens_help)
+    flags.DEFINE_integer("steps", steps, steps_help)
+
+
 def matmul_peak(dtype, size=2048, repeats=8) -> float:
     """Best-of-N FLOP/s of a size^3 matmul through TensorFlow."""
     import tensorflow as tf

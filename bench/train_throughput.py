@@ -15,28 +15,29 @@ real token; the step is the trainer's own distributed step function.
 
 from absl import app, flags
 
+from bench import timing
+from bench.timing import define_step_flags, matmul_peak, time_setting
+
 flags.DEFINE_list("presets", ["tiny", "small", "base"], "Presets to time.")
 flags.DEFINE_list("dtypes", ["float32", "mixed_bfloat16"], "Compute dtypes.")
 flags.DEFINE_list("xla", ["false", "true"], "jit_compile settings.")
-flags.DEFINE_integer("steps", 5, "Timed steps per setting (after 2 warm-up steps).")
-flags.DEFINE_integer("length", 48, "Tokens per sentence, each side.")
-flags.DEFINE_integer("tokens_per_batch", 4096, "Tokens per side per batch (base uses half).")
+define_step_flags(5, "Timed steps per setting (after 2 warm-up steps).",
+                  "Tokens per side per batch (base uses half).")
 flags.DEFINE_integer("vocab_size", 8000, "Vocabulary size.")
 flags.DEFINE_integer("threads", 0, "intra-op threads (0: TensorFlow's default).")
 flags.DEFINE_integer("inter_threads", 0, "inter-op threads (0: TensorFlow's default).")
+flags.adopt_module_key_flags(timing)  # --help lists the step flags too
 FLAGS = flags.FLAGS
 
-from bench.timing import matmul_peak, time_setting  # noqa: E402
 
 
 def main(argv):
     del argv
     import tensorflow as tf
 
-    if FLAGS.threads:
-        tf.config.threading.set_intra_op_parallelism_threads(FLAGS.threads)
-    if FLAGS.inter_threads:
-        tf.config.threading.set_inter_op_parallelism_threads(FLAGS.inter_threads)
+    from tf_transformer.training import distribution
+
+    distribution.set_threads(FLAGS.threads, FLAGS.inter_threads)
     peak32 = matmul_peak(tf.float32)
     peak16 = matmul_peak(tf.bfloat16)
     print(f"matmul_peak float32_gflops={peak32 / 1e9:.1f} bfloat16_gflops={peak16 / 1e9:.1f}")

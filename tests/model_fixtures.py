@@ -30,6 +30,20 @@ from tf_transformer.training.trainer import Trainer
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EMBEDDED_CORPUS_DIR = os.path.join(REPO_ROOT, "data", "libreoffice-help.en-de")
 TRAIN_TSV = os.path.join(EMBEDDED_CORPUS_DIR, "train.tsv")
+
+# Source lines of the embedded corpus, for translation tests (distinct translations even from
+# a barely trained model).
+SAMPLE_LINES = [
+    "Always checkbox",
+    "If you want, you can override the default substitution font that your operating system "
+    "uses when it encounters an unavailable font in a document.",
+    "Fonts",
+    "Enables the font replacement settings that you define.",
+    "Replacement table",
+    "Screen only",
+    "Font replacement on screen and when printing, whether the font is installed or not.",
+    "checked",
+]
 MAX_CHARS = 80  # short pairs only: a tiny model learns them (and EOS) quickly
 NUM_PAIRS = 4000
 

@@ -39,17 +39,13 @@ FLAGS = flags.FLAGS
 
 def main(argv):
     del argv
-    import tensorflow as tf
 
     from tf_transformer.inputs import corpus, pipeline, tokenizer
     from tf_transformer.training import checkpoints, distribution
     from tf_transformer.training.evaluators import dev_loss_fn
     from tf_transformer.training.trainer import NonFiniteLossError, Trainer
 
-    if FLAGS.intra_op_threads:
-        tf.config.threading.set_intra_op_parallelism_threads(FLAGS.intra_op_threads)
-    if FLAGS.inter_op_threads:
-        tf.config.threading.set_inter_op_parallelism_threads(FLAGS.inter_op_threads)
+    distribution.set_threads(FLAGS.intra_op_threads, FLAGS.inter_op_threads)
     distribution.split_cpu(FLAGS.cpu_devices)
     strategy = distribution.make_strategy(FLAGS.strategy, FLAGS.cpu_devices)
     logging.info("strategy %s with %d replicas", type(strategy).__name__,

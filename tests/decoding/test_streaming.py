@@ -15,17 +15,9 @@ from tf_transformer.decoding import streaming
 from tf_transformer.decoding.streaming import split_lines
 from tf_transformer.decoding.translator import Translator, translate_sentences
 
-LINES = [
-    "Always checkbox",
-    "If you want, you can override the default substitution font that your operating system "
-    "uses when it encounters an unavailable font in a document.",
-    "Fonts",
-    "Enables the font replacement settings that you define.",
-    "Replacement table",
-    "Screen only",
-    "Font replacement on screen and when printing, whether the font is installed or not.",
-    "checked",
-]
+from model_fixtures import SAMPLE_LINES
+
+LINES = SAMPLE_LINES
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ import threading
 import time
 
 import pytest
-from model_fixtures import REPO_ROOT
+from model_fixtures import REPO_ROOT, SAMPLE_LINES
 from sacrebleu.metrics import BLEU, CHRF
 
 from tf_transformer.config import DecodeConfig
@@ -22,16 +22,7 @@ from tf_transformer.decoding.translator import Translator, translate_sentences
 from tf_transformer.model import build_model
 from tf_transformer.training import checkpoints
 
-LINES = [
-    "Always checkbox",
-    "If you want, you can override the default substitution font that your operating system "
-    "uses when it encounters an unavailable font in a document.",
-    "Fonts",
-    "Enables the font replacement settings that you define.",
-    "Replacement table",
-    "Screen only",
-    "Font replacement on screen and when printing, whether the font is installed or not.",
-]
+LINES = SAMPLE_LINES[:7]
 DECODE_FLAGS = ["--beam_size=1", "--extra_length=4", "--batch_size=2"]
 
 

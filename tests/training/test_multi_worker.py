@@ -5,13 +5,12 @@ processes with TF_CONFIG and bounds every wait, so a hang fails instead of
 blocking the suite.
 """
 
-import json
 import os
 import signal
 
 import pytest
 import tensorflow as tf
-from test_train_binary import _command, _env, _free_ports, _start, _wait_for_step
+from test_train_binary import _wait_for_step, start_workers
 from test_train_binary import train_tsv as _train_tsv
 
 pytestmark = pytest.mark.slow
@@ -19,16 +18,7 @@ train_tsv = _train_tsv  # the same fixture: 300 embedded pairs
 
 
 def _workers(tmp_path, train_tsv, vocab, *extra):
-    ports = _free_ports(2)
-    cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
-    model_dir = str(tmp_path / "run")
-    processes = []
-    for task in range(2):
-        env = _env(TF_CONFIG=json.dumps({"cluster": cluster,
-                                         "task": {"type": "worker", "index": task}}))
-        processes.append(_start(_command(train_tsv, vocab, model_dir, "--max_steps=100000",
-                                         "--strategy=multi_worker", *extra), env))
-    return model_dir, processes
+    return start_workers(tmp_path, train_tsv, vocab, "--max_steps=100000", *extra)
 
 
 def _finish(processes, timeout=240):

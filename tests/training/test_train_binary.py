@@ -126,7 +126,8 @@ def _free_ports(n):
     return ports
 
 
-def test_multi_worker_trains_and_workers_agree(tmp_path, train_tsv, spm_model_path):
+def start_workers(tmp_path, train_tsv, vocab, *extra):
+    """Two `--strategy=multi_worker` training processes on localhost: (model_dir, processes)."""
     ports = _free_ports(2)
     cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
     model_dir = str(tmp_path / "run")
@@ -134,8 +135,14 @@ def test_multi_worker_trains_and_workers_agree(tmp_path, train_tsv, spm_model_pa
     for task in range(2):
         env = _env(TF_CONFIG=json.dumps({"cluster": cluster,
                                          "task": {"type": "worker", "index": task}}))
-        processes.append(_start(_command(train_tsv, spm_model_path, model_dir, "--max_steps=3",
-                                         "--strategy=multi_worker", "--deterministic"), env))
+        processes.append(_start(_command(train_tsv, vocab, model_dir, "--strategy=multi_worker",
+                                         *extra), env))
+    return model_dir, processes
+
+
+def test_multi_worker_trains_and_workers_agree(tmp_path, train_tsv, spm_model_path):
+    model_dir, processes = start_workers(tmp_path, train_tsv, spm_model_path, "--max_steps=3",
+                                         "--deterministic")
     outputs = [p.communicate(timeout=300)[0] for p in processes]
     for p, out in zip(processes, outputs):
         assert p.returncode == 0, out[-3000:]

@@ -10,6 +10,14 @@ from absl import logging
 STRATEGIES = ("auto", "one_device", "mirrored", "multi_worker")
 
 
+def set_threads(intra_op: int = 0, inter_op: int = 0) -> None:
+    """TensorFlow's thread pools (0 keeps TensorFlow's default); before TF initialises."""
+    if intra_op:
+        tf.config.threading.set_intra_op_parallelism_threads(intra_op)
+    if inter_op:
+        tf.config.threading.set_inter_op_parallelism_threads(inter_op)
+
+
 def split_cpu(num_devices: int) -> None:
     """Splits the CPU into `num_devices` logical devices (before TF initialises).
 
