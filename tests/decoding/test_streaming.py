@@ -69,8 +69,11 @@ def test_chunked_output_equals_the_whole_input_at_once(translator):
     nbest = translate_sentences(translator, LINES[:5], batch_size=2, nbest=True)
     lines = _stream(translator, "\n".join(LINES[:5]).encode(), batch_size=2, chunk_size=2,
                     nbest=True)  # no final "\n"
-    assert lines == [f"{n}\t{score:.6f}\t{text}" for n, r in enumerate(nbest)
-                     for text, score in zip(r.texts, r.scores)]
+    # Other batch neighbours change float rounding in the 6th digit, not the hypotheses.
+    expected = [(n, score, text) for n, r in enumerate(nbest) for text, score in zip(r.texts, r.scores)]
+    got = [(int(n), float(score), text) for n, score, text in (l.split("\t") for l in lines)]
+    assert [(n, t) for n, _, t in got] == [(n, t) for n, _, t in expected]
+    assert [s for _, s, _ in got] == pytest.approx([s for _, s, _ in expected], abs=1e-4)
     assert [int(line.split("\t")[0]) for line in lines] == [0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3,
                                                            4, 4, 4]
 
