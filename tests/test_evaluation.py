@@ -6,6 +6,8 @@ as its evaluate_fn; the same four pairs scored for seeded random weights must
 score near 0.
 """
 
+import math
+
 import numpy as np
 import pytest
 import sacrebleu
@@ -29,6 +31,17 @@ SENTENCES = [
 MEMORISED_STEPS = 100
 MEMORISED_FLOOR = 60.0  # BLEU on the memorised pairs; 100 when every one is reproduced
 GARBAGE_CEILING = 5.0
+# A known pair for the paper-style score: compound, quotes, decimal comma, abbreviation.
+REFERENCE_DE = 'Der "Open-Source"-Browser kostet 1,5 Millionen Euro, z.B. für Schulen.'
+HYPOTHESIS_DE = 'Der "Open-Source"-Browser kostet 1,5 Millionen Euro.'
+# By hand: tokenizer.perl -l de (quotes and final punctuation split off, "1,5" and the
+# nonbreaking prefix "z.B." kept whole, "-Browser" keeps its dash), then a-b -> a ##AT##-##AT## b.
+REFERENCE_DE_TOKENS = ('Der " Open ##AT##-##AT## Source " -Browser kostet 1,5 Millionen Euro , '
+                       'z.B. für Schulen .')  # 16 tokens
+HYPOTHESIS_DE_TOKENS = 'Der " Open ##AT##-##AT## Source " -Browser kostet 1,5 Millionen Euro .'
+# 12 hypothesis tokens: the reference's first 11, then "." (in the reference, "Euro ." is not):
+# n-gram precisions 12/12, 10/11, 9/10, 8/9; brevity penalty exp(1 - 16/12).
+KNOWN_TOK_BLEU = 100 * math.exp(1 - 16 / 12) * (1 * 10 / 11 * 9 / 10 * 8 / 9) ** 0.25  # 66.17
 
 
 @pytest.fixture(scope="module")
@@ -139,6 +152,57 @@ def test_corpus_scores_and_compound_splitting():
     worse = evaluation.corpus_scores(["Das ist ein Drag-and-Test"], ["Das ist ein Drag-and-Drop-Test ."])
     # Split compounds give partial credit where sacreBLEU sees one wrong token.
     assert worse["tok_bleu"] > worse["bleu"]
+
+
+def test_paper_tokenize_is_moses_then_compound_split():
+    assert evaluation.paper_tokenize(REFERENCE_DE) == REFERENCE_DE_TOKENS
+    assert evaluation.paper_tokenize(f"  {HYPOTHESIS_DE} ", "de") == HYPOTHESIS_DE_TOKENS
+    # Moses, not 13a: "z.B." stays one token (13a gives "z . B ."); no &quot; escaping.
+    assert sacrebleu.tokenizers.tokenizer_13a.Tokenizer13a()(REFERENCE_DE).endswith(
+        "z . B . für Schulen .")
+    # The language picks Moses' rules: English keeps "'t" as a clitic, German splits it off.
+    assert evaluation.paper_tokenize("He can't go.", "en") == "He can 't go ."
+    assert evaluation.paper_tokenize("He can't go.", "de") == "He can ' t go ."
+
+
+def test_tok_bleu_of_a_known_pair():
+    scores = evaluation.corpus_scores([HYPOTHESIS_DE], [REFERENCE_DE])
+    assert scores["tok_bleu"] == pytest.approx(KNOWN_TOK_BLEU, abs=1e-9)
+    # The same figure as sacreBLEU without its own tokenizer on the hand-written tokens.
+    by_hand = sacrebleu.corpus_bleu([HYPOTHESIS_DE_TOKENS], [[REFERENCE_DE_TOKENS]],
+                                    tokenize="none").score
+    assert scores["tok_bleu"] == pytest.approx(by_hand, abs=1e-9)
+    assert "Moses tokenizer + compound split" in evaluation.TOK_BLEU_NOTE
+    assert "not comparable to sacreBLEU" in evaluation.TOK_BLEU_NOTE
+
+
+def test_tok_bleu_is_kept_apart_from_sacrebleu():
+    scores = evaluation.corpus_scores([HYPOTHESIS_DE], [REFERENCE_DE])
+    # sacreBLEU sees its own 13a tokens ("Open-Source" whole, "z . B ."): 44.87.
+    assert scores["bleu"] == pytest.approx(
+        sacrebleu.corpus_bleu([HYPOTHESIS_DE], [[REFERENCE_DE]]).score, abs=1e-9)
+    assert scores["tok_bleu"] - scores["bleu"] > 20
+    assert "tok:13a" in scores["bleu_signature"]
+
+
+def test_target_lang_reaches_the_moses_tokenizer(tiny_model_dir, monkeypatch):
+    hypothesis, reference = "He can't go home.", "He can't go there."
+    english = evaluation.corpus_scores([hypothesis], [reference], target_lang="en")
+    german = evaluation.corpus_scores([hypothesis], [reference])
+    assert english["bleu"] == german["bleu"] and english["tok_bleu"] != german["tok_bleu"]
+    assert english["tok_bleu"] == pytest.approx(sacrebleu.corpus_bleu(
+        ["He can 't go home ."], [["He can 't go there ."]], tokenize="none").score, abs=1e-9)
+    # evaluate_translator hands its target_lang to corpus_scores.
+    seen = []
+    real = evaluation.corpus_scores
+    monkeypatch.setattr(evaluation, "corpus_scores",
+                        lambda h, r, target_lang="de": seen.append(target_lang) or real(h, r))
+    translator = Translator.from_model_dir(tiny_model_dir,
+                                           decode_config=DecodeConfig(beam_size=1, extra_length=2))
+    pairs = Corpus(SENTENCES[:1], SENTENCES[:1])
+    evaluation.evaluate_translator(translator, pairs, batch_size=1, target_lang="en")
+    evaluation.evaluate_translator(translator, pairs, batch_size=1)
+    assert seen == ["en", "de"]
 
 
 def test_corpus_scores_refuses_unpaired_lists():

@@ -2,8 +2,9 @@
 
 SPEC is any corpus spec of tf_transformer.inputs.corpus.read_corpus (a TSV, two
 line-aligned files, tfds:wmt14_translate/en-de:test, ...). Prints one line of
-key=value figures (sacreBLEU, chrF, the paper-style tokenized BLEU, decode
-throughput) and the sacreBLEU signatures; progress lines go to stderr.
+key=value figures (sacreBLEU, chrF, the paper-style tokenized BLEU: Moses
+tokenizer for --target_lang + compound split, not comparable to sacreBLEU;
+decode throughput) and the sacreBLEU signatures; progress lines go to stderr.
 Decoding flags default to the model directory's config.json.
 """
 
@@ -17,6 +18,8 @@ flags.DEFINE_string("data", None, "Corpus spec to translate and score; required.
 flags.DEFINE_integer("max_sentences", 0, "Score only the first N pairs (0: all).", lower_bound=0)
 flags.DEFINE_string("hypotheses", None,
                     "Also write the translations here, one a line; default: not written.")
+flags.DEFINE_string("target_lang", "de",
+                    "Moses tokenizer language for tok_bleu (the paper-style score) only.")
 flags.DEFINE_bool("progress", True, "Progress lines on stderr (sentences, sentences/s).")
 flags.adopt_module_key_flags(flags_lib)
 FLAGS = flags.FLAGS
@@ -41,7 +44,8 @@ def main(argv):
         return results
 
     result = evaluation.evaluate_translator(translator, pairs, decode.batch_size,
-                                            FLAGS.max_sentences, translate_fn=translate_fn)
+                                            FLAGS.max_sentences, translate_fn=translate_fn,
+                                            target_lang=FLAGS.target_lang)
     if FLAGS.hypotheses:
         with open(FLAGS.hypotheses, "w", encoding="utf-8") as f:
             f.writelines(h.replace("\n", " ") + "\n" for h in result["hypotheses"])
