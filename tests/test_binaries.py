@@ -75,14 +75,7 @@ def test_help_lists_every_flag(module):
     assert sorted(expected) == sorted(set(expected) & set(blocks)), help_text
 
 
-# train.py's help strings for its unset-by-default flags (--train_data, --dev_data, --vocab,
-# --max_minutes) do not say what unset means; train.py belongs to the training code.
-_DEFAULTS_OWED = pytest.mark.xfail(strict=True, reason="train.py help strings (see comment)")
-
-
-@pytest.mark.parametrize("module", [
-    pytest.param(m, marks=_DEFAULTS_OWED) if m == "tf_transformer.train" else m
-    for m in sorted(BINARIES)])
+@pytest.mark.parametrize("module", sorted(BINARIES))
 def test_help_states_every_default(module):
     """absl prints "(default: ...)" unless the default is None: then the text must say."""
     expected, blocks, _ = _help(module)

@@ -14,12 +14,16 @@ from absl import app, flags, logging
 
 from tf_transformer import flags as flags_lib
 
-flags.DEFINE_string("train_data", None, "Training corpus spec (TSV, SRC,TGT files, or tfds:...).")
-flags.DEFINE_string("dev_data", None, "Dev corpus spec: dev loss (and BLEU) at each checkpoint.")
-flags.DEFINE_string("vocab", None, "SentencePiece model; trained from --train_data if missing.")
+flags.DEFINE_string("train_data", None,
+                    "Training corpus spec (TSV, SRC,TGT files, or tfds:...); required.")
+flags.DEFINE_string("dev_data", None,
+                    "Dev corpus spec: dev loss (and BLEU) at each checkpoint; default: none.")
+flags.DEFINE_string("vocab", None, "SentencePiece model; default: MODEL_DIR/vocab.model, "
+                    "trained from --train_data if missing.")
 flags.DEFINE_integer("vocab_size", 8000, "Size of a vocabulary trained on the spot.")
 flags_lib.define_model_dir_flags()
-flags.DEFINE_float("max_minutes", None, "Stop after this many minutes of training.")
+flags.DEFINE_float("max_minutes", None,
+                   "Stop after this many minutes of training; default: no limit.")
 flags.DEFINE_integer("eval_every", 0, "Steps between dev evaluations (0: at checkpoints).")
 flags.DEFINE_integer("dev_bleu_sentences", 200,
                      "Dev sentences translated for dev BLEU at each evaluation (0: none).")
