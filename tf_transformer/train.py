@@ -44,7 +44,7 @@ FLAGS = flags.FLAGS
 def main(argv):
     del argv
 
-    from tf_transformer.inputs import corpus, pipeline, tokenizer
+    from tf_transformer.inputs import corpus, pipeline
     from tf_transformer.training import checkpoints, distribution
     from tf_transformer.training.evaluators import dev_loss_fn
     from tf_transformer.training.trainer import NonFiniteLossError, Trainer
@@ -56,16 +56,7 @@ def main(argv):
                  strategy.num_replicas_in_sync)
 
     train_corpus = corpus.open_corpus(FLAGS.train_data)
-    vocab_path = FLAGS.vocab or os.path.join(FLAGS.model_dir, checkpoints.VOCAB_FILE)
-    if not os.path.exists(vocab_path):
-        if distribution.is_chief(strategy):  # the other workers wait for its file
-            logging.info("training a %d-piece vocabulary into %s", FLAGS.vocab_size, vocab_path)
-            os.makedirs(os.path.dirname(vocab_path) or ".", exist_ok=True)
-            tokenizer.train_sentencepiece(train_corpus, FLAGS.vocab_size, vocab_path + ".tmp")
-            os.replace(vocab_path + ".tmp", vocab_path)
-        else:
-            distribution.wait_for_file(vocab_path)
-    tok = tokenizer.Tokenizer(vocab_path)
+    tok = shared_vocabulary(train_corpus, distribution.is_chief(strategy))
     config = flags_lib.with_vocab_size(flags_lib.config_from_flags(), tok.vocab_size)
     if distribution.is_chief(strategy):
         checkpoints.prepare_model_dir(FLAGS.model_dir, config, tok.model_proto)
@@ -97,6 +88,23 @@ def main(argv):
         sys.exit(2)
     print_progress(f"done step={result.step} loss={result.loss:.4f} "
                    f"stopped_by={result.stopped_by} checkpoint={result.checkpoint}")
+
+
+def shared_vocabulary(train_corpus, chief: bool):
+    """--vocab, or MODEL_DIR/vocab.model trained by the chief while the other workers wait."""
+    from tf_transformer.inputs import tokenizer
+    from tf_transformer.training import checkpoints, distribution
+
+    vocab_path = FLAGS.vocab or os.path.join(FLAGS.model_dir, checkpoints.VOCAB_FILE)
+    if not os.path.exists(vocab_path):
+        if chief:
+            logging.info("training a %d-piece vocabulary into %s", FLAGS.vocab_size, vocab_path)
+            os.makedirs(os.path.dirname(vocab_path) or ".", exist_ok=True)
+            tokenizer.train_sentencepiece(train_corpus, FLAGS.vocab_size, vocab_path + ".tmp")
+            os.replace(vocab_path + ".tmp", vocab_path)
+        else:
+            distribution.wait_for_file(vocab_path)
+    return tokenizer.Tokenizer(vocab_path)
 
 
 def print_progress(line: str) -> None:
