@@ -128,7 +128,7 @@ def test_mostly_bad_past_the_probe_fails_at_the_end_of_the_pass(tmp_path, caplog
 def test_counts_are_logged_periodically_and_at_the_end_of_each_pass(tmp_path, caplog):
     data = corpus.open_corpus(write(tmp_path / "log.tsv", b"a\tb\n" * 3000 + b"x\n" * 10))
     tally = streamed.StreamTally("log.tsv", report_every=1000)
-    with caplog.at_level(logging.INFO):
+    with caplog.at_level(logging.INFO, logger="absl"):  # parsed absl flags set WARNING
         dataset = data.pairs((0, 1), tally).repeat(2)
         assert sum(1 for _ in dataset.batch(4096)) == 2
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("log.tsv")]
