@@ -19,10 +19,10 @@ demo: venv
 	bash data/demo.sh
 
 test: venv
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -n 2 --dist loadfile tests
 
 test-fast: venv
-	$(PY) -m pytest -q -m "not slow" tests
+	$(PY) -m pytest -q -n 2 --dist loadfile -m "not slow" tests
 
 # The C API client of an export (export/serving/c_client), built against the tensorflow wheel.
 c-client: venv

@@ -60,8 +60,8 @@ def memorised(tmp_path_factory, spm_model_path, small_tokenizer, toy_pairs):
     config = config.replace(
         # One bucket: every batch holds every pair.
         data=config.data.__class__(max_length=24, min_bucket=24, tokens_per_batch=512,
-                                   shuffle_buffer=100),
-        train=TrainConfig(label_smoothing=0.0, warmup_steps=30, learning_rate_scale=1.5,
+                                   shuffle_buffer=100, deterministic=True),
+        train=TrainConfig(label_smoothing=0.0, warmup_steps=30, learning_rate_scale=0.5,
                           log_every=50, checkpoint_minutes=1e9),
         decode=DecodeConfig(beam_size=1, extra_length=10, batch_size=8))
     model_dir = str(tmp_path_factory.mktemp("memorised") / "model")
