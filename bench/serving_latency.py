@@ -27,6 +27,7 @@ from absl import app, flags
 import tf_transformer  # noqa: F401  (oneDNN on, before TensorFlow loads, as the binaries)
 from tf_transformer import presets
 from tf_transformer.config import DecodeConfig
+from tf_transformer.decoding.translator import Translator
 from tf_transformer.exporters import saved_model, warmup
 from tf_transformer.inputs import corpus, tokenizer
 from tf_transformer.model import build_model
@@ -79,7 +80,8 @@ def main(argv):
     weights = MODEL_DIR.value or ("random (seeded) small preset, 8000-piece BPE on the "
                                   "embedded train split")
     decode = DecodeConfig(beam_size=BEAM.value, extra_length=EXTRA.value, nbest=BEAM.value)
-    translator, used = saved_model.load_translator(model_dir, decode)
+    translator = Translator.from_model_dir(model_dir, decode_config=decode)
+    used = translator.checkpoint_paths
     start = time.perf_counter()
     path = saved_model.export(translator, os.path.join(work, "export"),
                              os.path.join(model_dir, checkpoints.VOCAB_FILE),

@@ -39,20 +39,12 @@ from typing import Sequence
 import tensorflow as tf
 from absl import logging
 
-from tf_transformer.config import DecodeConfig
 from tf_transformer.decoding import signatures
 from tf_transformer.decoding.translator import LENGTH_BUCKET, Translator
 from tf_transformer.exporters import versions, warmup
 
 METADATA_FILE = "export_metadata.json"
 
-
-
-def load_translator(model_dir: str, decode: DecodeConfig, checkpoint: str | None = None,
-                    average_last: int = 0) -> tuple[Translator, list[str]]:
-    """The Translator of `model_dir` and the checkpoint paths its weights come from."""
-    translator = Translator.from_model_dir(model_dir, checkpoint, decode, average_last)
-    return translator, list(translator.checkpoint_paths)
 
 
 class _Untracked:

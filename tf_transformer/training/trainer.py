@@ -29,7 +29,7 @@ from absl import logging
 from tf_transformer.config import PAD_ID, Config
 from tf_transformer.model import build_model, flops
 from tf_transformer.training import distribution, losses
-from tf_transformer.training.evaluators import Evaluations, Evaluator, dev_loss_fn  # noqa: F401
+from tf_transformer.training.evaluators import Evaluations, Evaluator
 from tf_transformer.training.input_state import InputCheckpoint
 from tf_transformer.training.policies import Budget, Every, SignalWatch
 from tf_transformer.training.reporting import ProgressReporter, default_peak_tflops
