@@ -51,6 +51,9 @@ def report(results):
     line("train_tokens_per_sec (common count: pieces + target EOS)",
          ours.get("tokens_per_sec") and ours["tokens_per_sec"] * common["ours"],
          onmt.get("tokens_per_sec") and onmt["tokens_per_sec"] * common["opennmt"])
+    line("train_real_tokens_per_step (common count)",
+         ours.get("tokens_per_step") and ours["tokens_per_step"] * common["ours"],
+         onmt.get("tokens_per_step") and onmt["tokens_per_step"] * common["opennmt"])
     line("train_mfu", ours.get("mfu"), onmt.get("mfu"))
     line("train_peak_rss_mb", ours.get("peak_rss_mb"), onmt.get("peak_rss_mb"))
     print(f"test_bleu: ours={ours.get('test_bleu')} opennmt={onmt.get('test_bleu')} "

@@ -141,13 +141,15 @@ def train_opennmt(args, work, d):
     lines, rss, _ = run_logged([os.path.join(ONMT_VENV, "python"), os.path.join(HERE, "opennmt_train.py"),
                                 str(args.minutes), "--log_level", "INFO"] + base + ["train"],
                                os.path.join(work, "opennmt_train.log"))
-    steps = [(t, float(m.group(1)), float(m.group(2))) for t, l in lines for m in
-             [re.search(r"Step = \d+ ;.*tokens/s = (\d+) .*Loss = ([\d.]+)", l)] if m]
+    steps = [(t, float(m.group(2)), float(m.group(3)), float(m.group(1))) for t, l in lines for m in
+             [re.search(r"Step = \d+ ; steps/s = ([\d.]+), tokens/s = (\d+) .*Loss = ([\d.]+)", l)]
+             if m]
     dev = [(t, float(m.group(1))) for t, l in lines for m in
            [re.search(r"Evaluation result for step \d+: loss = ([\d.]+)", l)] if m]
     return {"base_args": base, "model_dir": model_dir, "peak_rss_mb": rss,
             "tokens_per_sec": steady(x[1] for x in steps),
-            "curve_train": [(t, x) for t, _, x in steps], "curve_dev": dev,
+            "tokens_per_step": steady(x[1] / x[3] for x in steps if x[3]),
+            "curve_train": [(t, x[2]) for t, *x in steps], "curve_dev": dev,
             "counts": "source pieces (no EOS) + target pieces + EOS"}
 
 
@@ -160,13 +162,15 @@ def train_ours(args, work, d):
          f"--train_data={os.path.join(args.corpus_dir, 'train.tsv')}",
          "--dev_data="] + args.ours_flags.split(),
         os.path.join(work, "ours_train.log"))
-    steps = [(t, float(m.group(2)), float(m.group(1))) for t, l in lines for m in
-             [re.search(r"^step=\d+ loss=([\d.]+) .*tokens_per_sec=(\d+)", l)] if m]
+    steps = [(t, float(m.group(2)), float(m.group(1)), float(m.group(3))) for t, l in lines
+             for m in [re.search(r"^step=\d+ loss=([\d.]+) .*tokens_per_sec=(\d+) .*"
+                                 r"ms_per_step=([\d.]+)", l)] if m]
     dev = [(t, float(m.group(1))) for t, l in lines for m in
            [re.search(r"^eval step=\d+ dev_loss=([\d.]+)", l)] if m]
     return {"model_dir": model_dir, "peak_rss_mb": rss,
             "tokens_per_sec": steady(x[1] for x in steps),
-            "curve_train": [(t, x) for t, _, x in steps], "curve_dev": dev,
+            "tokens_per_step": steady(x[1] * x[3] / 1000 for x in steps),
+            "curve_train": [(t, x[2]) for t, *x in steps], "curve_dev": dev,
             "counts": "source pieces + EOS + target pieces + EOS"}
 
 
