@@ -94,7 +94,7 @@ def sweep_one(name, flags, args, train, dev, extra) -> dict:
     log = run(["tf_transformer.train", f"--model_dir={model_dir}", f"--train_data={train}",
                f"--dev_data={dev}", f"--max_minutes={args.minutes}", *extra, *flags],
               os.path.join(args.work_dir, f"{args.variant}_{name}_train.log"))
-    steps = re.findall(r"^step=(\d+) loss=([\d.naif]+)", log, re.M)
+    steps = re.findall(r"^(?:done )?step=(\d+) loss=([\d.naif]+)", log, re.M)
     target_lang = "en" if args.variant == "reverse" else "de"
     scored = run(["tf_transformer.evaluate", f"--model_dir={model_dir}", f"--data={dev}",
                   f"--max_sentences={args.dev_sentences}", f"--target_lang={target_lang}",
