@@ -3,6 +3,10 @@
 Progress lines hold step=, loss=, lr=, tokens_per_sec=, tokens_per_sec_per_replica=,
 ms_per_step=, grad_norm=, skipped_steps= (and loss_scale=, model_tflops=, mfu=).
 SIGTERM or Ctrl-C checkpoints and exits cleanly; rerunning resumes.
+With --dev_data each checkpoint is scored (`eval step=` lines: dev_loss, dev_BLEU on the
+first --dev_bleu_sentences pairs), MODEL_DIR/best/ keeps the --keep_best best and
+--early_stop=N stops after N evaluations without improvement. A loss flat at the level of
+a unigram model for --divergence_steps steps is reported as a `warning: diverged?` line.
 Paper recipes: --flagfile=tf_transformer/recipes/wmt14_en_de_base.flags (and _big, en_fr).
 """
 
@@ -17,7 +21,8 @@ from tf_transformer import flags as flags_lib
 flags.DEFINE_string("train_data", None,
                     "Training corpus spec (TSV, SRC,TGT files, or tfds:...); required.")
 flags.DEFINE_string("dev_data", None,
-                    "Dev corpus spec: dev loss (and BLEU) at each checkpoint; default: none.")
+                    "Dev corpus spec: dev loss and BLEU at each checkpoint, the best kept in "
+                    "MODEL_DIR/best/; default: none.")
 flags.DEFINE_string("vocab", None, "SentencePiece model; default: MODEL_DIR/vocab.model, "
                     "trained from --train_data if missing.")
 flags.DEFINE_integer("vocab_size", 8000, "Size of a vocabulary trained on the spot.")
@@ -45,7 +50,7 @@ def main(argv):
     del argv
 
     from tf_transformer.inputs import corpus, pipeline
-    from tf_transformer.training import checkpoints, distribution
+    from tf_transformer.training import checkpoints, distribution, divergence, selection
     from tf_transformer.training.evaluators import dev_loss_fn
     from tf_transformer.training.trainer import NonFiniteLossError, Trainer
 
@@ -78,16 +83,24 @@ def main(argv):
         data = dataclasses.replace(config.data, seed=config.data.seed + start_step)
         return pipeline.dataset_fn(train_corpus, tok, data, training=True)
 
+    unigram = None
+    if config.train.divergence_steps:
+        unigram = divergence.corpus_unigram_loss(train_corpus, tok, config.train.label_smoothing)
+        print_progress(f"unigram_loss={unigram:.4f} (a loss flat at this level: diverged)")
     trainer = Trainer(config, FLAGS.model_dir, strategy, peak_tflops=FLAGS.peak_tflops)
     try:
         result = trainer.train(train_dataset_fn, config.train.max_steps, FLAGS.max_minutes,
                                evaluate_fn=evaluate_fn, eval_every=FLAGS.eval_every,
-                               log_fn=print_progress)
+                               log_fn=print_progress, unigram_loss=unigram)
     except NonFiniteLossError as error:
         logging.error("%s", error)
         sys.exit(2)
+    record = selection.read_record(FLAGS.model_dir)
+    best_text = "".join(f" best={selection.BEST_DIR}/{e['checkpoint']} "
+                        f"best_{record['metric']}={e[record['metric']]:.4f}"
+                        for e in record["best"][:1] if evaluate_fn)
     print_progress(f"done step={result.step} loss={result.loss:.4f} "
-                   f"stopped_by={result.stopped_by} checkpoint={result.checkpoint}")
+                   f"stopped_by={result.stopped_by} checkpoint={result.checkpoint}{best_text}")
 
 
 def shared_vocabulary(train_corpus, chief: bool):
