@@ -139,8 +139,8 @@ class ModelSelection:
         tf.io.gfile.rename(path + ".tmp", path, overwrite=True)
         names = [e["checkpoint"] for e in self.best]
         if names:  # latest_checkpoint(best/) is the best one
-            tf.train.update_checkpoint_state(self.directory, names[0],
-                                             all_model_checkpoint_paths=names[::-1])
+            tf.compat.v1.train.update_checkpoint_state(
+                self.directory, names[0], all_model_checkpoint_paths=names[::-1])
         kept = set(names)
         for path in tf.io.gfile.glob(os.path.join(self.directory, "*.index")) + \
                 tf.io.gfile.glob(os.path.join(self.directory, "*.data-*")):
