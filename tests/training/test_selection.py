@@ -186,3 +186,29 @@ def test_eval_every_checkpoints_the_evaluated_steps_and_resume_keeps_the_record(
     # The record survived: step 6 is the second evaluation without beating step 2's 5.0.
     assert (result.stopped_by, result.step) == ("early_stop", 7)
     assert [e["step"] for e in selection.read_record(model_dir)["best"]] == [2]
+
+
+_FLAGS_SCRIPT = """
+import sys
+from absl import app, flags
+from tf_transformer import flags as f
+f.define_restore_flags()
+for argv in (["--checkpoint=best", "--average_last=3"], ["--checkpoint=best"],
+             ["--average_last=3"], ["--checkpoint=/x/ckpt-5", "--average_last=3"]):
+    flags.FLAGS.unparse_flags()
+    flags.FLAGS(["x", "--model_dir=m", *argv])
+    try:
+        f.check_restore_flags()
+        print("ok")
+    except app.UsageError as error:
+        print("refused", error)
+"""
+
+
+def test_restore_flags_take_best_with_average_last_and_refuse_a_path_with_it():
+    result = subprocess.run([sys.executable, "-c", _FLAGS_SCRIPT], cwd=REPO_ROOT,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = result.stdout.splitlines()
+    assert lines[:3] == ["ok", "ok", "ok"]
+    assert lines[3].startswith("refused") and "--checkpoint=best --average_last=N" in lines[3]

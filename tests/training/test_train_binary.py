@@ -116,6 +116,38 @@ def test_dev_evaluation_then_model_dir_of_another_preset_is_refused(
     assert "different architecture" in other.stderr
 
 
+def test_dev_bleu_best_dir_early_stop_and_translate_the_best(tmp_path, train_tsv,
+                                                             spm_model_path):
+    model_dir = str(tmp_path / "run")
+    result = _run(_command(train_tsv, spm_model_path, model_dir, "--max_steps=100",
+                           f"--dev_data={train_tsv}", "--dev_bleu_sentences=3",
+                           "--checkpoint_steps=1", "--keep_best=2", "--early_stop=1",
+                           "--divergence_steps=50"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("unigram_loss=")
+    evaluations = [l for l in lines if l.startswith("eval step=")]
+    assert len(evaluations) >= 2 and "dev_bleu=" in evaluations[0]
+    assert any(l.startswith("early stop: dev_bleu has not improved for 1 ") for l in lines)
+    done = lines[-1]
+    assert "stopped_by=early_stop" in done and " best=best/ckpt-" in done, done
+    record = json.load(open(os.path.join(model_dir, "best", "best.json")))
+    assert 1 <= len(record["best"]) <= 2
+    assert len(record["evaluations"]) == len(evaluations)
+    scalars = read_scalars(os.path.join(model_dir, "train"))
+    assert set(scalars["dev_bleu"]) == set(scalars["dev_loss"]) == {
+        e["step"] for e in record["evaluations"]}
+    assert "unigram_loss" in scalars and "divergence_warnings" in scalars
+    average = ["--checkpoint=best", f"--average_last={len(record['best'])}"]
+    translated = subprocess.run(
+        [sys.executable, "-m", "tf_transformer.translate", f"--model_dir={model_dir}",
+         "--beam_size=1", "--extra_length=3", *average], input="Fonts\n", cwd=REPO_ROOT,
+        env=_env(), capture_output=True, text=True, timeout=300)
+    assert translated.returncode == 0, translated.stderr[-3000:]
+    assert len(translated.stdout.splitlines()) == 1
+    assert os.path.join(model_dir, "best", record["best"][0]["checkpoint"]) in translated.stderr
+
+
 def _free_ports(n):
     sockets = [socket.socket() for _ in range(n)]
     for s in sockets:

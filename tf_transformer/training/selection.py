@@ -54,6 +54,13 @@ def best_checkpoints(model_dir: str, num_best: int = 1) -> list[str]:
     return [os.path.join(model_dir, BEST_DIR, entry["checkpoint"]) for entry in kept[:num_best]]
 
 
+def best_summary(model_dir: str) -> str:
+    """The done line's ' best=best/ckpt-N best_dev_bleu=X', or '' when none is kept."""
+    record = read_record(model_dir)
+    return "".join(f" best={BEST_DIR}/{e['checkpoint']} best_{record['metric']}="
+                   f"{e[record['metric']]:.4f}" for e in record["best"][:1])
+
+
 def _copy_checkpoint(prefix: str, directory: str) -> str:
     """Copies the files of checkpoint `prefix` (index, data shards) into `directory`."""
     name = os.path.basename(prefix)
