@@ -54,11 +54,11 @@ _TRAIN_OVERRIDES = {
     "checkpoint_steps": (int, "Also checkpoint every this many steps (0: time only)."),
     "keep_checkpoints": (int, "Checkpoints kept in model_dir."),
     "average_last": (int, "Checkpoints averaged for the final model (paper: 5 base, 20 big)."),
-    "keep_best": (int, "Checkpoints kept in model_dir/best/ by dev BLEU (dev loss without "
-                       "--dev_bleu_sentences); needs --dev_data (0: none)."),
+    "keep_best": (int, ("Checkpoints kept in model_dir/best/ by dev BLEU (dev loss without "
+                        "--dev_bleu_sentences); needs --dev_data (0: none).")),
     "early_stop": (int, "Stop after this many dev evaluations without improvement (0: never)."),
-    "divergence_steps": (int, "Warn when the loss stays flat at the unigram model's level "
-                              "for this many steps (0: no check)."),
+    "divergence_steps": (int, ("Warn when the loss stays flat at the unigram model's level "
+                               "after warmup for this many steps (0: no check).")),
     "log_every": (int, "Steps between progress lines and summaries."),
     "seed": (int, "Seed of weights, dropout and data order."),
 }

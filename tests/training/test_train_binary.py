@@ -131,7 +131,8 @@ def test_dev_bleu_best_dir_early_stop_and_translate_the_best(tmp_path, train_tsv
     assert any(l.startswith("early stop: dev_bleu has not improved for 1 ") for l in lines)
     done = lines[-1]
     assert "stopped_by=early_stop" in done and " best=best/ckpt-" in done, done
-    record = json.load(open(os.path.join(model_dir, "best", "best.json")))
+    with open(os.path.join(model_dir, "best", "best.json")) as f:
+        record = json.load(f)
     assert 1 <= len(record["best"]) <= 2
     assert len(record["evaluations"]) == len(evaluations)
     scalars = read_scalars(os.path.join(model_dir, "train"))
@@ -224,7 +225,7 @@ def test_multi_worker_early_stop_stops_every_worker_at_the_same_step(tmp_path, t
     outputs = [p.communicate(timeout=300)[0] for p in processes]
     for p, out in zip(processes, outputs):
         assert p.returncode == 0, out[-3000:]
-    done = [[l for l in out.splitlines() if l.startswith("done ")][0] for out in outputs]
+    done = [next(l for l in out.splitlines() if l.startswith("done ")) for out in outputs]
     assert "stopped_by=early_stop" in done[0]
     assert done[0].split()[1] == done[1].split()[1]  # step=
     assert os.path.exists(os.path.join(model_dir, "best", "best.json"))
