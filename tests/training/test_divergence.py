@@ -101,7 +101,7 @@ def _train(tmp_path, pairs, tokenizer, scale):
     return warnings, read_scalars(f"{model_dir}/train"), unigram
 
 
-@pytest.mark.parametrize("scale", [0.0, 8.0])
+@pytest.mark.parametrize("scale", [0.0, pytest.param(8.0, marks=pytest.mark.slow)])
 def test_a_model_that_cannot_learn_is_reported(tmp_path, pairs, small_tokenizer, scale):
     """Learning rate 0 (loss flat above the level) and 16x the rate that learns (the
     loss collapses onto the level)."""

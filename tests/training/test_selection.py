@@ -119,6 +119,7 @@ def test_dev_loss_selects_when_there_is_no_bleu(tmp_path):
     assert selection.read_record(str(tmp_path))["best"] == []  # keep_best=0: no copies
 
 
+@pytest.mark.slow
 def test_average_checkpoints_binary_averages_the_best(run, tmp_path):
     path, weights, _, _ = run
     output = str(tmp_path / "averaged")
