@@ -1,7 +1,8 @@
-"""Averages the last N checkpoints (section 6.1): `--model_dir=DIR --num_last=N --output=DIR`.
+"""Averages checkpoints (section 6.1): `--model_dir=DIR --num_last=N --output=DIR`.
 
-The output is a model directory (config, vocabulary, one checkpoint) that
-translate, evaluate and export accept.
+--num_best=N averages the N best by dev score (MODEL_DIR/best/, kept by training
+with --dev_data) instead of the last N. The output is a model directory
+(config, vocabulary, one checkpoint) that translate, evaluate and export accept.
 """
 
 from absl import app, flags
@@ -12,6 +13,9 @@ flags_lib.define_model_dir_flags()
 flags.DEFINE_integer("num_last", None,
                      "Checkpoints to average; default: config.json's train.average_last.",
                      lower_bound=1)
+flags.DEFINE_integer("num_best", None,
+                     "Average the N best checkpoints of MODEL_DIR/best/ instead of the last; "
+                     "default: not.", lower_bound=1)
 flags.DEFINE_string("output", None, "Directory for the averaged model; required.")
 flags.mark_flags_as_required(["model_dir", "output"])
 flags.adopt_module_key_flags(flags_lib)
@@ -20,13 +24,20 @@ FLAGS = flags.FLAGS
 
 def main(argv):
     del argv
+    if FLAGS.num_last and FLAGS.num_best:
+        raise app.UsageError("give --num_last or --num_best, not both")
     from tf_transformer.config import Config
     from tf_transformer.model import build_model
-    from tf_transformer.training import checkpoints
+    from tf_transformer.training import checkpoints, selection
 
-    num_last = FLAGS.num_last or Config.load(FLAGS.model_dir).train.average_last
-    path = checkpoints.write_averaged(FLAGS.model_dir, num_last, FLAGS.output, build_model)
-    print(f"averaged last {num_last} checkpoints of {FLAGS.model_dir} into {path}")
+    if FLAGS.num_best:
+        number, which, checkpoint = FLAGS.num_best, "best", selection.BEST
+    else:
+        number = FLAGS.num_last or Config.load(FLAGS.model_dir).train.average_last
+        which, checkpoint = "last", None
+    path = checkpoints.write_averaged(FLAGS.model_dir, number, FLAGS.output, build_model,
+                                      checkpoint)
+    print(f"averaged {which} {number} checkpoints of {FLAGS.model_dir} into {path}")
 
 
 if __name__ == "__main__":

@@ -142,6 +142,9 @@ class TrainConfig:
     checkpoint_steps: int = 0  # 0: time-based only
     keep_checkpoints: int = 20
     average_last: int = 5
+    keep_best: int = 3  # checkpoints kept in model_dir/best/ by dev score (0: none)
+    early_stop: int = 0  # stop after this many evaluations without improvement (0: never)
+    divergence_steps: int = 200  # window of the unigram-level divergence warning (0: off)
     log_every: int = 100
     seed: int = 1
 
@@ -152,6 +155,11 @@ class TrainConfig:
             raise ConfigError("warmup_steps must be positive")
         if self.accum_steps < 1:
             raise ConfigError("accum_steps must be >= 1")
+        for name in ("keep_best", "early_stop"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name} must be >= 0 (0: off), got {getattr(self, name)}")
+        if self.divergence_steps < 0 or self.divergence_steps == 1:
+            raise ConfigError("divergence_steps must be 0 (off) or >= 2")
         if self.dtype not in ("float32", "mixed_bfloat16", "mixed_float16"):
             raise ConfigError(f"unknown dtype {self.dtype!r}")
 

@@ -6,6 +6,8 @@ key=value figures (sacreBLEU, chrF, the paper-style tokenized BLEU: Moses
 tokenizer for --target_lang + compound split, not comparable to sacreBLEU;
 decode throughput) and the sacreBLEU signatures; progress lines go to stderr.
 Decoding flags default to the model directory's config.json.
+--checkpoint=best loads the best checkpoint by dev score (MODEL_DIR/best/, kept by
+training with --dev_data); with --average_last=N, the mean of the N best.
 """
 
 from absl import app, flags

@@ -54,6 +54,11 @@ _TRAIN_OVERRIDES = {
     "checkpoint_steps": (int, "Also checkpoint every this many steps (0: time only)."),
     "keep_checkpoints": (int, "Checkpoints kept in model_dir."),
     "average_last": (int, "Checkpoints averaged for the final model (paper: 5 base, 20 big)."),
+    "keep_best": (int, ("Checkpoints kept in model_dir/best/ by dev BLEU (dev loss without "
+                        "--dev_bleu_sentences); needs --dev_data (0: none).")),
+    "early_stop": (int, "Stop after this many dev evaluations without improvement (0: never)."),
+    "divergence_steps": (int, ("Warn when the loss stays flat at the unigram model's level "
+                               "after warmup for this many steps (0: no check).")),
     "log_every": (int, "Steps between progress lines and summaries."),
     "seed": (int, "Seed of weights, dropout and data order."),
 }
@@ -74,10 +79,11 @@ def define_restore_flags() -> None:
     """--model_dir and which of its checkpoints to load (checkpoints.load_model)."""
     define_model_dir_flags()
     flags.DEFINE_string("checkpoint", None,
-                        "A checkpoint path or directory; default: the latest of --model_dir.")
+                        "A checkpoint path or directory, or 'best' (the best by dev score, "
+                        "from --model_dir/best/); default: the latest of --model_dir.")
     flags.DEFINE_integer("average_last", 0,
-                         "Average the last N checkpoints of --model_dir in memory (0: do not).",
-                         lower_bound=0)
+                         "Average the last N checkpoints of --model_dir in memory; with "
+                         "--checkpoint=best the N best (0: do not).", lower_bound=0)
 
 
 def define_decode_flags(nbest_help: str | None, batch_size: bool = True) -> None:
@@ -102,11 +108,13 @@ def decode_overrides() -> dict:
 
 
 def check_restore_flags() -> None:
-    """UsageError unless --model_dir is set and at most one of --checkpoint/--average_last."""
+    """UsageError unless --model_dir is set and --average_last comes with no --checkpoint
+    or with --checkpoint=best."""
     if not FLAGS.model_dir:
         raise app.UsageError("--model_dir is required")
-    if FLAGS.checkpoint and FLAGS.average_last:
-        raise app.UsageError("give --checkpoint or --average_last, not both")
+    if FLAGS.checkpoint and FLAGS.checkpoint != "best" and FLAGS.average_last:
+        raise app.UsageError("give --checkpoint or --average_last, not both "
+                             "(--checkpoint=best --average_last=N averages the N best)")
 
 
 def translator_from_flags(all_beams: bool = False) -> tuple[Translator, DecodeConfig]:

@@ -6,6 +6,8 @@ index counting input lines from 0). It streams: every --chunk_size lines are
 sorted by length, translated and written (flushed), so it works in a pipe and
 on files larger than memory. Decoding flags default to the model directory's
 config.json; --model_dir may be an averaged directory.
+--checkpoint=best loads the best checkpoint by dev score (MODEL_DIR/best/, kept by
+training with --dev_data); with --average_last=N, the mean of the N best.
 Bad lines never stop the run: invalid UTF-8 bytes become U+FFFD, an empty line
 translates to an empty line, an over-long line is truncated to the model's
 maximum source length; each kind is logged as a warning at the end.

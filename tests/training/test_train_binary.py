@@ -116,6 +116,39 @@ def test_dev_evaluation_then_model_dir_of_another_preset_is_refused(
     assert "different architecture" in other.stderr
 
 
+def test_dev_bleu_best_dir_early_stop_and_translate_the_best(tmp_path, train_tsv,
+                                                             spm_model_path):
+    model_dir = str(tmp_path / "run")
+    result = _run(_command(train_tsv, spm_model_path, model_dir, "--max_steps=100",
+                           f"--dev_data={train_tsv}", "--dev_bleu_sentences=3",
+                           "--checkpoint_steps=1", "--keep_best=2", "--early_stop=1",
+                           "--divergence_steps=50"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("unigram_loss=")
+    evaluations = [l for l in lines if l.startswith("eval step=")]
+    assert len(evaluations) >= 2 and "dev_bleu=" in evaluations[0]
+    assert any(l.startswith("early stop: dev_bleu has not improved for 1 ") for l in lines)
+    done = lines[-1]
+    assert "stopped_by=early_stop" in done and " best=best/ckpt-" in done, done
+    with open(os.path.join(model_dir, "best", "best.json")) as f:
+        record = json.load(f)
+    assert 1 <= len(record["best"]) <= 2
+    assert len(record["evaluations"]) == len(evaluations)
+    scalars = read_scalars(os.path.join(model_dir, "train"))
+    assert set(scalars["dev_bleu"]) == set(scalars["dev_loss"]) == {
+        e["step"] for e in record["evaluations"]}
+    assert "unigram_loss" in scalars and "divergence_warnings" in scalars
+    average = ["--checkpoint=best", f"--average_last={len(record['best'])}"]
+    translated = subprocess.run(
+        [sys.executable, "-m", "tf_transformer.translate", f"--model_dir={model_dir}",
+         "--beam_size=1", "--extra_length=3", *average], input="Fonts\n", cwd=REPO_ROOT,
+        env=_env(), capture_output=True, text=True, timeout=300)
+    assert translated.returncode == 0, translated.stderr[-3000:]
+    assert len(translated.stdout.splitlines()) == 1
+    assert os.path.join(model_dir, "best", record["best"][0]["checkpoint"]) in translated.stderr
+
+
 def _free_ports(n):
     sockets = [socket.socket() for _ in range(n)]
     for s in sockets:
@@ -180,3 +213,20 @@ def test_recipe_flag_files_hold_the_papers_numbers(recipe, expected):
     with open(flagfile, encoding="utf-8") as f:  # the file says how the 25k are reached
         assert "tokens_per_batch (per replica) x replicas x accum_steps" in f.read()
     assert got["vocab"] == (32000 if "en_fr" in recipe else 37000)
+
+
+def test_multi_worker_early_stop_stops_every_worker_at_the_same_step(tmp_path, train_tsv,
+                                                                      spm_model_path):
+    """The stop travels in the step's all-reduce: both workers end on the same step."""
+    model_dir, processes = start_workers(
+        tmp_path, train_tsv, spm_model_path, "--max_steps=100", "--deterministic",
+        f"--dev_data={train_tsv}", "--dev_bleu_sentences=2", "--checkpoint_steps=1",
+        "--early_stop=1")
+    outputs = [p.communicate(timeout=300)[0] for p in processes]
+    for p, out in zip(processes, outputs):
+        assert p.returncode == 0, out[-3000:]
+    done = [next(l for l in out.splitlines() if l.startswith("done ")) for out in outputs]
+    assert "stopped_by=early_stop" in done[0]
+    assert done[0].split()[1] == done[1].split()[1]  # step=
+    assert os.path.exists(os.path.join(model_dir, "best", "best.json"))
+    assert not [d for d in os.listdir(model_dir) if d.startswith(".worker_")]

@@ -1,4 +1,4 @@
-"""Checkpoints: the model-directory contract, and averaging of the last N.
+"""Checkpoints: the model-directory contract, and averaging of the last or best N.
 
 Writes go through tf.train.CheckpointManager: TensorFlow writes each
 checkpoint's files first and then replaces the small `checkpoint` index file
@@ -15,6 +15,7 @@ import numpy as np
 import tensorflow as tf
 
 from tf_transformer.config import Config, ConfigError
+from tf_transformer.training import selection
 
 VOCAB_FILE = "vocab.model"
 
@@ -25,8 +26,16 @@ def checkpoint_paths(model_dir: str) -> list[str]:
     return list(state.all_model_checkpoint_paths) if state else []
 
 
-def resolve(path: str) -> str:
-    """A checkpoint path, or a directory -> its latest checkpoint; FileNotFoundError if none."""
+def resolve(path: str, model_dir: str | None = None) -> str:
+    """A checkpoint path, or a directory -> its latest checkpoint, or "best" -> the best
+    checkpoint of `model_dir` (selection.py); FileNotFoundError if none."""
+    if path == selection.BEST:
+        if model_dir is None:
+            raise ValueError('checkpoint "best" needs the model_dir')
+        try:
+            return selection.best_checkpoints(model_dir, 1)[0]
+        except ValueError as error:
+            raise FileNotFoundError(str(error)) from None
     found = tf.train.latest_checkpoint(path) if tf.io.gfile.isdir(path) else path
     if not found:
         raise FileNotFoundError(f"no checkpoint in {path}")
@@ -43,22 +52,25 @@ def load_model(model_dir: str, checkpoint: str | None = None, average_last: int 
                build_model_fn: Callable | None = None) -> LoadedModel:
     """The model of `model_dir`/config.json with restored weights.
 
-    `checkpoint` (a path or a directory) picks one checkpoint; `average_last=N`
-    averages the last N of model_dir in memory (`average_into`); by default the
+    `checkpoint` (a path, a directory, or "best": model_dir/best/'s best) picks
+    one checkpoint; `average_last=N` averages the last N of model_dir in memory
+    (`average_into`), or with checkpoint="best" the N best; by default the
     latest checkpoint of model_dir. An averaged directory (`write_averaged`)
     loads like any model directory.
     """
-    if checkpoint and average_last:
-        raise ValueError("give either a checkpoint or average_last, not both")
+    if checkpoint and checkpoint != selection.BEST and average_last:
+        raise ValueError('give either a checkpoint or average_last (with "best" or none), '
+                         "not both")
     if build_model_fn is None:
         from tf_transformer.model import build_model as build_model_fn
     config = Config.load(model_dir)
     model = build_model_fn(config.model)
     if average_last:
-        paths = last_checkpoints(model_dir, average_last)
+        paths = (selection.best_checkpoints(model_dir, average_last)
+                 if checkpoint == selection.BEST else last_checkpoints(model_dir, average_last))
         average_into(model, paths)
         return LoadedModel(config, model, paths)
-    path = resolve(checkpoint or model_dir)
+    path = resolve(checkpoint or model_dir, model_dir)
     tf.train.Checkpoint(model=model).restore(path).expect_partial() \
         .assert_existing_objects_matched()
     return LoadedModel(config, model, [path])
@@ -122,17 +134,20 @@ def average_into(model: tf.keras.Model, paths: list[str]) -> None:
         var.assign((acc / len(paths)).astype(var.dtype))
 
 
-def write_averaged(model_dir: str, num_last: int, output_dir: str, build_model_fn) -> str:
-    """Averages the last `num_last` checkpoints of `model_dir` into a new model directory.
+def write_averaged(model_dir: str, num_last: int, output_dir: str, build_model_fn,
+                   checkpoint: str | None = None) -> str:
+    """Averages the last `num_last` checkpoints of `model_dir` (checkpoint="best": the
+    `num_last` best) into a new model directory.
 
     The output holds config.json, the vocabulary and one weights-only
-    checkpoint, so translate, evaluate and export accept it like a model_dir.
+    checkpoint (numbered by the newest step averaged), so translate, evaluate
+    and export accept it like a model_dir.
     """
-    config, model, paths = load_model(model_dir, average_last=num_last,
+    config, model, paths = load_model(model_dir, checkpoint, average_last=num_last,
                                       build_model_fn=build_model_fn)
     with open(os.path.join(model_dir, VOCAB_FILE), "rb") as f:
         prepare_model_dir(output_dir, config, f.read())
-    step = tf.Variable(int(paths[-1].rsplit("-", 1)[-1]), dtype=tf.int64)
+    step = tf.Variable(max(int(p.rsplit("-", 1)[-1]) for p in paths), dtype=tf.int64)
     manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model, step=step), output_dir,
                                          max_to_keep=1, checkpoint_name="averaged")
     return manager.save(checkpoint_number=int(step.numpy()))

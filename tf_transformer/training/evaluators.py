@@ -1,8 +1,10 @@
 """Evaluations during training: dev loss, and when to run them.
 
-An evaluator is `model -> {"name": float}`; `Evaluations` runs one at every
-checkpoint (eval_every=0) or every `eval_every` steps, and once at the end,
-logging a line and writing the scalars to TensorBoard.
+An evaluator is `model -> {"name": float}` (dev loss here, dev BLEU in
+tf_transformer/evaluation.py); `Evaluations` runs one at every checkpoint
+(eval_every=0) or every `eval_every` steps, and once at the end (unless that
+step was just evaluated), logging a line and writing the scalars to
+TensorBoard; with a `ModelSelection` it hands each result on (best/, early stop).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import keras
 import tensorflow as tf
 
 from tf_transformer.training import losses
+from tf_transformer.training.selection import ModelSelection
 
 Evaluator = Callable[[keras.Model], dict]
 
@@ -37,24 +40,45 @@ def dev_loss_fn(dataset: tf.data.Dataset, label_smoothing: float) -> Evaluator:
 
 
 class Evaluations:
-    """Runs `evaluate_fn` at checkpoints (eval_every=0) or every `eval_every` steps."""
+    """Runs `evaluate_fn` at checkpoints (eval_every=0) or every `eval_every` steps.
+
+    With a `selection`, an evaluation step off the checkpoint schedule also
+    needs a checkpoint (`wants_checkpoint`), so the best one can be kept.
+    """
 
     def __init__(self, evaluate_fn: Evaluator | None, eval_every: int, model: keras.Model,
-                 writer, log_fn: Callable[[str], None]):
+                 writer, log_fn: Callable[[str], None],
+                 selection: ModelSelection | None = None):
         self.evaluate_fn, self.eval_every = evaluate_fn, eval_every
         self.model, self.writer, self.log_fn = model, writer, log_fn
+        self.selection = selection if evaluate_fn is not None else None
+        self.last_step: int | None = None
 
-    def after_step(self, step: int, saved: bool) -> None:
+    @property
+    def stop_requested(self) -> bool:
+        """Early stopping: N evaluations without improvement (selection.py)."""
+        return self.selection is not None and self.selection.stop_requested
+
+    def wants_checkpoint(self, step: int) -> bool:
+        return (self.selection is not None and bool(self.selection.keep_best)
+                and bool(self.eval_every) and step % self.eval_every == 0)
+
+    def after_step(self, step: int, checkpoint: str | None) -> None:
+        """`checkpoint`: the path saved at this step, or None."""
         if self.evaluate_fn is None:
             return
+        saved = checkpoint is not None
         if (saved and not self.eval_every) or (self.eval_every and step % self.eval_every == 0):
-            self.run(step)
+            self.run(step, checkpoint)
 
-    def run(self, step: int) -> None:
-        if self.evaluate_fn is None:
+    def run(self, step: int, checkpoint: str | None = None) -> None:
+        if self.evaluate_fn is None or step == self.last_step:
             return
+        self.last_step = step
         metrics = self.evaluate_fn(self.model)
         self.log_fn(f"eval step={step} " + " ".join(f"{k}={v:.4f}" for k, v in metrics.items()))
         with self.writer.as_default(step=step):
             for name, value in metrics.items():
                 tf.summary.scalar(name, value)
+        if self.selection is not None:
+            self.selection.update(step, metrics, checkpoint)

@@ -7,7 +7,9 @@ ms_per_step never divides by zero), tokens and model FLOPs. The line reads
   grad_norm= skipped_steps= [loss_scale=] [model_tflops= mfu=]
 
 loss_scale appears under mixed_float16; MFU against `peak_tflops` per replica
-(given, or known for the GPU's name: `default_peak_tflops`).
+(given, or known for the GPU's name: `default_peak_tflops`). With a
+`DivergenceWatch` every step's loss goes to it, its warning lines are logged
+when due, and TensorBoard gets `unigram_loss` and `divergence_warnings`.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import time
 from collections.abc import Callable
 
 import tensorflow as tf
+
+from tf_transformer.training.divergence import DivergenceWatch
 
 # Dense bfloat16/float16 tensor-core peaks (TFLOP/s, no sparsity), from the vendor sheets.
 KNOWN_PEAK_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0}
@@ -41,8 +45,10 @@ class ProgressReporter:
     """Accumulates each step's outputs; every `log_every` steps writes the line and scalars."""
 
     def __init__(self, writer, log_fn: Callable[[str], None], log_every: int, replicas: int,
-                 peak_tflops: float | None = None, clock=time.monotonic):
+                 peak_tflops: float | None = None, clock=time.monotonic,
+                 divergence: DivergenceWatch | None = None):
         self.writer, self.log_fn, self.log_every = writer, log_fn, log_every
+        self.divergence = divergence
         self.replicas, self.peak_tflops, self._clock = replicas, peak_tflops, clock
         self.skipped_steps = 0
         self.tokens_per_sec = 0.0
@@ -58,6 +64,10 @@ class ProgressReporter:
         self._tokens += out["source_tokens"] + out["target_tokens"]
         self._flops += out.get("flops", 0.0)
         self.skipped_steps += int(skipped)
+        if self.divergence is not None and not skipped:
+            warning = self.divergence.update(step, out["loss"])
+            if warning:
+                self.log_fn(warning)
         if force or (not skipped and step % self.log_every == 0):
             self._emit(step, out, learning_rate, loss_scale)
 
@@ -76,6 +86,9 @@ class ProgressReporter:
         if loss_scale is not None:
             scalars["loss_scale"] = loss_scale
             line += f" loss_scale={loss_scale:g}"
+        if self.divergence is not None:
+            scalars["unigram_loss"] = self.divergence.unigram
+            scalars["divergence_warnings"] = float(self.divergence.warnings)
         if self._flops:
             tflops = self._flops / elapsed / 1e12
             scalars["model_tflops"] = tflops

@@ -29,12 +29,14 @@ from absl import logging
 from tf_transformer.config import PAD_ID, Config
 from tf_transformer.model import build_model, flops
 from tf_transformer.training import distribution, losses
+from tf_transformer.training.divergence import DivergenceWatch
 from tf_transformer.training.evaluators import Evaluations, Evaluator
 from tf_transformer.training.input_state import InputCheckpoint
 from tf_transformer.training.policies import Budget, Every, SignalWatch
 from tf_transformer.training.reporting import ProgressReporter, default_peak_tflops
 from tf_transformer.training.schedule import make_optimizer
 from tf_transformer.training.seeds import ReplicaSeeds
+from tf_transformer.training.selection import ModelSelection
 
 # Flags each worker raises and the step all-reduces (summed: > 0 means some worker).
 SIGNAL, BUDGET, CHECKPOINT_TIME = range(3)
@@ -48,7 +50,7 @@ class NonFiniteLossError(RuntimeError):
 class TrainResult:
     step: int
     loss: float
-    stopped_by: str  # "max_steps", "max_minutes" or "signal"
+    stopped_by: str  # "max_steps", "max_minutes", "signal" or "early_stop"
     checkpoint: str | None
     tokens_per_sec: float
     skipped_steps: int = 0
@@ -242,12 +244,16 @@ class Trainer:
     # -- the loop --------------------------------------------------------------
     def train(self, dataset_fn, max_steps: int, max_minutes: float | None = None,
               evaluate_fn: Evaluator | None = None,
-              eval_every: int = 0, log_fn: Callable[[str], None] = logging.info) -> TrainResult:
-        """Trains until `max_steps` (global), `max_minutes`, or SIGTERM/SIGINT.
+              eval_every: int = 0, log_fn: Callable[[str], None] = logging.info,
+              unigram_loss: float | None = None) -> TrainResult:
+        """Trains until `max_steps` (global), `max_minutes`, SIGTERM/SIGINT or early stop.
 
         Checkpoints (weights, optimizer, input position) every
         `checkpoint_minutes` and/or `checkpoint_steps`, at a signal and at the end.
         The budget and signals stop the loop after the step that carried them.
+        With `evaluate_fn`, model_dir/best/ keeps the `keep_best` best checkpoints
+        and `early_stop` evaluations without improvement stop the run (selection.py);
+        with `unigram_loss`, a loss flat at that level is reported (divergence.py).
         """
         train = self.config.train
         start_step = self.restore()
@@ -255,9 +261,14 @@ class Trainer:
                   if self.chief else tf.summary.create_noop_writer())
         iterator = self._iterator(dataset_fn, start_step)
         step_fn = self.step_fn()
+        watch = (DivergenceWatch(unigram_loss, train.divergence_steps, train.warmup_steps)
+                 if unigram_loss and train.divergence_steps else None)
         reporter = ProgressReporter(writer, log_fn, train.log_every,
-                                    self.strategy.num_replicas_in_sync, self.peak_tflops)
-        evaluations = Evaluations(evaluate_fn, eval_every, self.model, writer, log_fn)
+                                    self.strategy.num_replicas_in_sync, self.peak_tflops,
+                                    divergence=watch)
+        selection = ModelSelection(self.model_dir, train.keep_best, train.early_stop,
+                                   self.chief, start_step, log_fn)
+        evaluations = Evaluations(evaluate_fn, eval_every, self.model, writer, log_fn, selection)
         checkpoints, budget = Every(train.checkpoint_minutes, train.checkpoint_steps), \
             Budget(max_minutes)
         loss, stopped_by, path = math.nan, "max_steps", None
@@ -266,7 +277,8 @@ class Trainer:
                 while self.step < max_steps:
                     flags = np.zeros([3], np.float32)
                     flags[[SIGNAL, BUDGET, CHECKPOINT_TIME]] = [
-                        signals.received is not None, budget.spent(), checkpoints.time_due()]
+                        signals.received is not None,
+                        budget.spent() or evaluations.stop_requested, checkpoints.time_due()]
                     before = self.step
                     out = {k: v.numpy() for k, v in step_fn(iterator, tf.constant(flags)).items()}
                     step, loss = self.step, float(out["loss"])
@@ -283,17 +295,19 @@ class Trainer:
                                     force=step == max_steps and not skipped)
                     agreed = out["flags"] > 0
                     saved = False
-                    if agreed[CHECKPOINT_TIME] or (checkpoints.step_due(step) and not skipped):
+                    if agreed[CHECKPOINT_TIME] or (not skipped and (
+                            checkpoints.step_due(step) or evaluations.wants_checkpoint(step))):
                         path, saved = self.save(), True
                         checkpoints.reset()
                     if saved or not skipped:
-                        evaluations.after_step(step, saved)
+                        evaluations.after_step(step, path if saved else None)
                     if agreed[SIGNAL] or agreed[BUDGET]:
-                        stopped_by = "signal" if agreed[SIGNAL] else "max_minutes"
+                        stopped_by = ("signal" if agreed[SIGNAL] else
+                                      "early_stop" if evaluations.stop_requested else "max_minutes")
                         break
             if path is None or not path.endswith(f"-{self.step}"):
                 path = self.save()
-            evaluations.run(self.step)
+            evaluations.run(self.step, path)
         finally:
             writer.flush()
         return TrainResult(self.step, loss, stopped_by, path, reporter.tokens_per_sec,
