@@ -202,10 +202,11 @@ class BeamSearch:
         last = last if until is None else tf.minimum(last, until)
         shrink = (self.shrink and live_above is None
                   and live_rows.can_compact(state.alive_cache))
+        live_above = 0 if live_above is None else live_above
 
         def cond(state: BeamState) -> tf.Tensor:
             live = tf.reduce_sum(tf.cast(tf.logical_not(state.done), tf.int32))
-            return tf.logical_and(state.step < last, live > (live_above or 0))
+            return tf.logical_and(state.step < last, live > live_above)
 
         def body(state: BeamState) -> tuple[BeamState]:
             return (_search_step(self.config, state, shrink),)

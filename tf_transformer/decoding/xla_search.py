@@ -10,6 +10,17 @@ FIRST_CACHE_LENGTH positions for the first steps, padded once to the full
 length if some sentence is still going: a batch whose outputs stop early never
 copies, reorders or attends over the long buffer. Outputs are cut back to the
 caller's batch and to the graph path's ids width, so they are the graph path's.
+
+Finished sentences leave the batch by capacity stages (`capacities`): the
+state holds C sentences, C from a small static set (the padded batch B, then
+B / CAPACITY_FACTOR ** k, at least 1, for k up to STAGES); once at most the
+next capacity is live, live sentences are packed first into the smaller state
+(live_rows.pack) and decoding goes on there. The function is traced for any
+batch, so the capacities are tensors that XLA folds to constants; a stage
+whose capacity equals the next one's sits in a `tf.cond` with a constant
+predicate, which XLA removes before it compiles (batch 1 compiles one stage).
+Each stage compiles two loop bodies (the short and the full cache): the factor
+and STAGES trade steps on finished rows for compile time.
 """
 
 from __future__ import annotations
@@ -19,6 +30,7 @@ from typing import TYPE_CHECKING
 import tensorflow as tf
 
 from tf_transformer.config import EOS_ID, PAD_ID
+from tf_transformer.decoding import live_rows
 from tf_transformer.decoding.beam_search import BeamSearchResult
 from tf_transformer.model import cache
 
@@ -27,6 +39,16 @@ if TYPE_CHECKING:
 
 LENGTH_BUCKET = 16  # sources padded to a multiple of this many tokens
 FIRST_CACHE_LENGTH = 32  # steps on a short cache before it is padded to full length
+CAPACITY_FACTOR = 4  # each capacity stage holds 1/CAPACITY_FACTOR of the previous one's rows
+STAGES = 3  # capacity switches at most: 32 sentences -> 8 -> 2 -> 1
+
+
+def capacities(batch, factor: int = CAPACITY_FACTOR, stages: int = STAGES) -> list:
+    """The state sizes, largest first: batch, then batch // factor ** k (at least
+    1) for k = 1..stages; ints for an int batch, else int32 scalars."""
+    if isinstance(batch, int):
+        return [batch] + [max(batch // factor ** k, 1) for k in range(1, stages + 1)]
+    return [batch] + [tf.maximum(batch // factor ** k, 1) for k in range(1, stages + 1)]
 
 
 def pad_to_compiled_shape(source_ids: tf.Tensor, max_source_length: int) -> tf.Tensor:
@@ -51,15 +73,30 @@ def pad_to_compiled_shape(source_ids: tf.Tensor, max_source_length: int) -> tf.T
 def fixed_shape_search(translator: Translator, source_ids, alpha, extra_length,
                        nbest: int) -> BeamSearchResult:
     """The search with static shapes (source_ids' shape and extra_length are
-    compile-time constants): a short FixedCache first, padded once if needed."""
+    compile-time constants): capacity stages (module docstring), each on a
+    short FixedCache while step < FIRST_CACHE_LENGTH, then on the full one."""
     model = translator.model
     width = tf.minimum(tf.shape(source_ids)[1] + extra_length, translator.max_target_length)
+    first_length = tf.minimum(FIRST_CACHE_LENGTH, width)
     search = translator.beam_search(source_ids, alpha, extra_length, nbest, max_decode_length=width)
     memory = model.encode(source_ids, training=False)
-    first = model.initial_cache(memory, source_ids, cache.fixed(tf.minimum(FIRST_CACHE_LENGTH, width)))
-    state = search.advance(search.start(first), until=FIRST_CACHE_LENGTH)
-    state = state._replace(alive_cache=state.alive_cache.padded(width))
-    return search.finish(search.advance(state))
+    state = search.start(model.initial_cache(memory, source_ids, cache.fixed(width)))
+
+    def stage(state, live_above):
+        """Decodes until at most `live_above` sentences are live (or the end)."""
+        def short():
+            short_state = state._replace(alive_cache=state.alive_cache.truncated(first_length))
+            short_state = search.advance(short_state, until=first_length, live_above=live_above)
+            return short_state._replace(alive_cache=short_state.alive_cache.padded(width))
+
+        state = tf.cond(state.step < first_length, short, lambda: state)
+        return search.advance(state, live_above=live_above)
+
+    sizes = capacities(tf.shape(source_ids)[0])
+    for size, next_size in zip(sizes, sizes[1:]):
+        state = tf.cond(next_size < size, lambda: stage(state, next_size), lambda: state)
+        state = live_rows.pack(state, next_size, translator.beam_size)
+    return search.finish(stage(state, 0))
 
 
 class CompiledSearch:
