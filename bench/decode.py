@@ -21,7 +21,8 @@ Part 2: beam 4, batch 32, sources of 16, 32, 64, 128 tokens. With the cache one
 step costs the cached attention over the positions so far, so ms per step
 should grow slowly (linearly in the cache length), not with the square of it.
 Everything is traced (and with --jit_compile XLA-compiled) and run once before
-timing; the figure is the median of --repeats runs.
+timing (first_call_s: that run, compile included); the figure is the median
+of --repeats runs.
 
 With --profile: instead, where one search's time goes (beam 4, batch 32,
 sources of 32): the TensorFlow profiler's op self times grouped by op type
@@ -111,7 +112,9 @@ def _live_row_steps(translator, source) -> int:
 def _measure(translator, steps, batch: int, source_length: int, mixed: bool = False) -> dict:
     source = _source(translator, batch, source_length, mixed)
     search = _search_fn(translator)
-    search(source)  # trace / compile
+    start = time.perf_counter()
+    search(source).numpy()  # trace / compile (warm-up)
+    first_call = time.perf_counter() - start
     times, counts, tokens = [], [], 0
     for _ in range(REPEATS.value):
         steps.assign(0)
@@ -127,7 +130,8 @@ def _measure(translator, steps, batch: int, source_length: int, mixed: bool = Fa
             "tokens_per_sec": tokens / seconds, "steps": num_steps,
             "ms_per_step": 1000 * seconds / max(num_steps, 1), "seconds": seconds,
             "row_steps": row_steps, "live_row_steps": live,
-            "occupancy": live / row_steps if live > 0 else float("nan")}
+            "occupancy": live / row_steps if live > 0 else float("nan"),
+            "first_call_s": first_call}
 
 
 def _print(name: str, figures: dict, **settings):

@@ -19,8 +19,10 @@ next capacity is live, live sentences are packed first into the smaller state
 batch, so the capacities are tensors that XLA folds to constants; a stage
 whose capacity equals the next one's sits in a `tf.cond` with a constant
 predicate, which XLA removes before it compiles (batch 1 compiles one stage).
-Each stage compiles two loop bodies (the short and the full cache): the factor
-and STAGES trade steps on finished rows for compile time.
+The short cache serves the first stage only (later stages, at a quarter of
+the rows or less, run on the full one): STAGES + 2 loop bodies to compile
+instead of 2, so CAPACITY_FACTOR and STAGES trade steps on finished rows
+for compile time (measured: BUILD.md).
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ if TYPE_CHECKING:
 LENGTH_BUCKET = 16  # sources padded to a multiple of this many tokens
 FIRST_CACHE_LENGTH = 32  # steps on a short cache before it is padded to full length
 CAPACITY_FACTOR = 4  # each capacity stage holds 1/CAPACITY_FACTOR of the previous one's rows
-STAGES = 3  # capacity switches at most: 32 sentences -> 8 -> 2 -> 1
+STAGES = 2  # capacity switches at most: 32 sentences -> 8 -> 2
 
 
 def capacities(batch, factor: int = CAPACITY_FACTOR, stages: int = STAGES) -> list:
@@ -73,30 +75,26 @@ def pad_to_compiled_shape(source_ids: tf.Tensor, max_source_length: int) -> tf.T
 def fixed_shape_search(translator: Translator, source_ids, alpha, extra_length,
                        nbest: int) -> BeamSearchResult:
     """The search with static shapes (source_ids' shape and extra_length are
-    compile-time constants): capacity stages (module docstring), each on a
-    short FixedCache while step < FIRST_CACHE_LENGTH, then on the full one."""
+    compile-time constants): capacity stages (module docstring), the first on
+    a short FixedCache while step < FIRST_CACHE_LENGTH, then on the full one."""
     model = translator.model
     width = tf.minimum(tf.shape(source_ids)[1] + extra_length, translator.max_target_length)
     first_length = tf.minimum(FIRST_CACHE_LENGTH, width)
     search = translator.beam_search(source_ids, alpha, extra_length, nbest, max_decode_length=width)
     memory = model.encode(source_ids, training=False)
-    state = search.start(model.initial_cache(memory, source_ids, cache.fixed(width)))
-
-    def stage(state, live_above):
-        """Decodes until at most `live_above` sentences are live (or the end)."""
-        def short():
-            short_state = state._replace(alive_cache=state.alive_cache.truncated(first_length))
-            short_state = search.advance(short_state, until=first_length, live_above=live_above)
-            return short_state._replace(alive_cache=short_state.alive_cache.padded(width))
-
-        state = tf.cond(state.step < first_length, short, lambda: state)
-        return search.advance(state, live_above=live_above)
-
     sizes = capacities(tf.shape(source_ids)[0])
-    for size, next_size in zip(sizes, sizes[1:]):
-        state = tf.cond(next_size < size, lambda: stage(state, next_size), lambda: state)
-        state = live_rows.pack(state, next_size, translator.beam_size)
-    return search.finish(stage(state, 0))
+    # Each stage decodes until at most the next capacity is live (0: to the end).
+    exits = [tf.where(smaller < size, smaller, 0) for size, smaller in zip(sizes, sizes[1:])]
+    exits.append(0)
+    first = model.initial_cache(memory, source_ids, cache.fixed(first_length))
+    state = search.advance(search.start(first), until=first_length, live_above=exits[0])
+    state = state._replace(alive_cache=state.alive_cache.padded(width))
+    state = search.advance(state, live_above=exits[0])
+    for k in range(1, len(sizes)):
+        state = live_rows.pack(state, sizes[k], translator.beam_size)
+        state = tf.cond(sizes[k] < sizes[k - 1],  # a constant for XLA: else not compiled
+                        lambda: search.advance(state, live_above=exits[k]), lambda: state)
+    return search.finish(state)
 
 
 class CompiledSearch:
