@@ -124,7 +124,8 @@ def _measure(translator, steps, batch: int, source_length: int, mixed: bool = Fa
         times.append(time.perf_counter() - start)
         counts.append(int(steps.numpy()))
         tokens = int(lengths.sum())
-    seconds, num_steps, row_steps = statistics.median(times), counts[-1], int(translator.rows.numpy())
+    seconds, num_steps = statistics.median(times), counts[-1]
+    row_steps = int(translator.rows.numpy())
     live = _live_row_steps(translator, source)
     return {"sentences_per_sec": batch / seconds, "ms_per_sentence": 1000 * seconds / batch,
             "tokens_per_sec": tokens / seconds, "steps": num_steps,

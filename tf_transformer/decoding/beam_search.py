@@ -49,9 +49,10 @@ and, after every step, its rows follow their hypotheses' parents. A plain nest
 (dicts, lists, tensors) is tiled and reordered whole. An object with
 `tile(beam)` and `reorder(rows)` (the `BeamCache` protocol; model/cache.py's
 DecoderCache) does both itself, so what every beam shares (encoder memory) is
-never gathered (but by `compact`, to shrink: live_rows.py). A cache may change shape between two `advance` calls (XLA: a
-short buffer first, padded if decoding goes on); within one it keeps its shapes
-under XLA, and in graph mode may grow by a position per step.
+gathered only by `compact`, when finished sentences leave (live_rows.py). A
+cache may change shape between two `advance` calls (XLA: a short buffer first,
+padded if decoding goes on); within one it keeps its shapes under XLA, and in
+graph mode may grow by a position per step.
 """
 
 from __future__ import annotations

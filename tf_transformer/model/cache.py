@@ -16,8 +16,9 @@ between two loops (a short first buffer serves outputs that stop early), and
 protocol (`tile`, `reorder`, `compact`): the self-attention caches follow their
 beams, while the projected encoder memory and its bias, the same for every beam
 of a sentence, are tiled once and never reordered; they are gathered only by
-`compact`, when finished sentences leave the batch (decoding/live_rows.py). All classes are NamedTuples, so
-the cache is a nest that tf.while_loop and XLA carry as it is.
+`compact`, when finished sentences leave the batch (decoding/live_rows.py).
+All classes are NamedTuples, so the cache is a nest that tf.while_loop and
+XLA carry as it is.
 """
 
 from __future__ import annotations
