@@ -9,8 +9,7 @@ questions, so `SelfAttention.step` and `Transformer.decode_step` need no mode:
 attends over only what was decoded, the cheap choice in graph mode.
 `FixedCache` scatters into a buffer of static length L and masks later
 positions: the shapes XLA needs; `padded(L')` moves it to a longer buffer
-between two loops (a short first buffer serves outputs that stop early), and
-`truncated(L')` back to a shorter one while no later position is written.
+between two loops (a short first buffer serves outputs that stop early).
 
 `DecoderCache` is the model's whole cache. It follows beam_search's cache
 protocol (`tile`, `reorder`, `compact`): the self-attention caches follow their
@@ -73,11 +72,6 @@ class FixedCache(NamedTuple):
             return tf.pad(t, [[0, 0], [0, 0], [0, length - tf.shape(t)[2]], [0, 0]])
         return FixedCache(pad(self.keys), pad(self.values))
 
-    def truncated(self, length) -> "FixedCache":
-        """The first `length` <= L columns: exact while step < length (later
-        columns are not written yet)."""
-        return FixedCache(self.keys[:, :, :length], self.values[:, :, :length])
-
 
 SelfAttentionCache = Union[GrowingCache, FixedCache]
 # (batch, num_heads, d_k, d_v, dtype) -> an empty self-attention cache.
@@ -136,8 +130,3 @@ class DecoderCache(NamedTuple):
     def padded(self, length) -> "DecoderCache":
         """Every FixedCache moved to a buffer of `length` positions."""
         return self._replace(self_attention=tuple(c.padded(length) for c in self.self_attention))
-
-    def truncated(self, length) -> "DecoderCache":
-        """Every FixedCache cut to its first `length` positions (FixedCache.truncated)."""
-        return self._replace(
-            self_attention=tuple(c.truncated(length) for c in self.self_attention))
