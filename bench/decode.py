@@ -11,11 +11,18 @@ per-step figures hold for a trained model (--model_dir) too, whose outputs stop
 early. Sources are random token ids of a fixed length (EOS last).
 
 Part 1: beam 4 and greedy (beam 1) at batch 32 and 1, sources of 32 tokens.
+Part 3 (mixed): beam 4 and 1 at batch 32 and 1, sources of random lengths
+(--mixed_lengths, uniform), so the maximum output lengths differ: finished
+sentences leave the batch (decoding/live_rows.py). Every figure also gives
+row_steps, the decoder rows computed, and live_row_steps, those of sentences
+still decoding (counted on a graph-mode shrinking search of the same batch,
+untimed); occupancy = live_row_steps / row_steps.
 Part 2: beam 4, batch 32, sources of 16, 32, 64, 128 tokens. With the cache one
 step costs the cached attention over the positions so far, so ms per step
 should grow slowly (linearly in the cache length), not with the square of it.
 Everything is traced (and with --jit_compile XLA-compiled) and run once before
-timing; the figure is the median of --repeats runs.
+timing (first_call_s: that run, compile included); the figure is the median
+of --repeats runs.
 
 With --profile: instead, where one search's time goes (beam 4, batch 32,
 sources of 32): the TensorFlow profiler's op self times grouped by op type
@@ -50,6 +57,8 @@ EXTRA = flags.DEFINE_integer("extra_length", 50, "Max output = source + this.")
 LENGTHS = flags.DEFINE_list("source_lengths", ["16", "32", "64", "128"], "Part 2 sources.")
 PROFILE = flags.DEFINE_bool("profile", False, "Print an op profile of one search instead.")
 TOP = flags.DEFINE_integer("top", 20, "Rows per profile table.")
+PARTS = flags.DEFINE_list("parts", ["throughput", "by_length", "mixed"], "Parts to run.")
+MIXED = flags.DEFINE_list("mixed_lengths", ["4", "64"], "Part 3: source lengths, min and max.")
 
 
 def _translator(beam_size: int) -> Translator:
@@ -61,13 +70,16 @@ def _translator(beam_size: int) -> Translator:
         config = presets.get_preset(PRESET.value)
         translator = Translator(build_model(config.model), None, decode, config.data.max_length)
     steps = tf.Variable(0, dtype=tf.int64, trainable=False)
+    rows = tf.Variable(0, dtype=tf.int64, trainable=False)
     decode_step = translator.model.decode_step
 
     def counted(ids, step, cache, **kwargs):
         steps.assign_add(1)
+        rows.assign_add(tf.cast(tf.shape(ids)[0], tf.int64))
         return decode_step(ids, step, cache, **kwargs)
 
     translator.model.decode_step = counted  # instance attribute: only this bench counts
+    translator.rows = rows
     return translator, steps
 
 
@@ -75,29 +87,52 @@ def _search_fn(translator: Translator):
     return lambda source: translator.translate_ids(source)["lengths"]
 
 
-def _source(translator, batch: int, source_length: int) -> tf.Tensor:
+def _source(translator, batch: int, source_length: int, mixed: bool = False) -> tf.Tensor:
     rng = np.random.default_rng(0)
     source = rng.integers(4, translator.model.vocab_size, size=(batch, source_length))
-    source[:, -1] = EOS_ID
+    ends = (rng.integers(int(MIXED.value[0]), int(MIXED.value[1]) + 1, size=batch) if mixed
+            else np.full([batch], source_length))
+    source[np.arange(source_length) >= ends[:, None]] = 0  # PAD
+    source[np.arange(batch), ends - 1] = EOS_ID
     return tf.constant(source.astype(np.int32))
 
 
-def _measure(translator, steps, batch: int, source_length: int) -> dict:
-    source = _source(translator, batch, source_length)
+def _live_row_steps(translator, source) -> int:
+    """Rows of sentences still decoding: the graph-mode search shrinks to them."""
+    search = translator.beam_search(source, translator.alpha, translator.extra_length, 1)
+    if not getattr(search, "shrink", False):
+        return -1  # a search that keeps finished sentences cannot count them
+    model = translator.model
+    cache = model.initial_cache(model.encode(source, training=False), source)
+    translator.rows.assign(0)
+    tf.function(lambda c: search.finish(search.advance(search.start(c))).lengths)(cache)
+    return int(translator.rows.numpy())
+
+
+def _measure(translator, steps, batch: int, source_length: int, mixed: bool = False) -> dict:
+    source = _source(translator, batch, source_length, mixed)
     search = _search_fn(translator)
-    search(source)  # trace / compile
+    start = time.perf_counter()
+    search(source).numpy()  # trace / compile (warm-up)
+    first_call = time.perf_counter() - start
     times, counts, tokens = [], [], 0
     for _ in range(REPEATS.value):
         steps.assign(0)
+        translator.rows.assign(0)
         start = time.perf_counter()
         lengths = search(source).numpy()
         times.append(time.perf_counter() - start)
         counts.append(int(steps.numpy()))
         tokens = int(lengths.sum())
     seconds, num_steps = statistics.median(times), counts[-1]
-    return {"sentences_per_sec": batch / seconds, "tokens_per_sec": tokens / seconds,
-            "steps": num_steps, "ms_per_step": 1000 * seconds / max(num_steps, 1),
-            "seconds": seconds}
+    row_steps = int(translator.rows.numpy())
+    live = _live_row_steps(translator, source)
+    return {"sentences_per_sec": batch / seconds, "ms_per_sentence": 1000 * seconds / batch,
+            "tokens_per_sec": tokens / seconds, "steps": num_steps,
+            "ms_per_step": 1000 * seconds / max(num_steps, 1), "seconds": seconds,
+            "row_steps": row_steps, "live_row_steps": live,
+            "occupancy": live / row_steps if live > 0 else float("nan"),
+            "first_call_s": first_call}
 
 
 def _print(name: str, figures: dict, **settings):
@@ -154,11 +189,15 @@ def main(argv):
     print(f"decode weights={weights} jit_compile={JIT.value} cpus={os.cpu_count()} "
           f"extra_length={EXTRA.value} repeats={REPEATS.value}")
     translators = {k: _translator(k) for k in (4, 1)}
-    for beam in (4, 1):
+    for beam in (4, 1) if "throughput" in PARTS.value else ():
         for batch in (32, 1):
             _print("throughput", _measure(*translators[beam], batch, 32), beam=beam,
                    batch=batch, source_length=32)
-    for length in map(int, LENGTHS.value):
+    for beam in (4, 1) if "mixed" in PARTS.value else ():
+        for batch in (32, 1):
+            _print("mixed", _measure(*translators[beam], batch, int(MIXED.value[1]), mixed=True),
+                   beam=beam, batch=batch, source_lengths="-".join(MIXED.value))
+    for length in map(int, LENGTHS.value) if "by_length" in PARTS.value else ():
         _print("by_length", _measure(*translators[4], 32, length), beam=4, batch=32,
                source_length=length)
 

@@ -4,8 +4,8 @@ The scripted "language model" draws logits from a per-sentence random table
 indexed by (step, previous token, sum of the prefix mod 3). The sum lives in the
 cache, so a cache row left with the wrong parent changes the results; the table
 lives in the cache too, like encoder memory. The cache is a `TableCache`, which
-tiles and reorders itself (beam_search.BeamCache) and leaves the table alone,
-or a plain dict, which the search reorders whole.
+tiles and reorders itself (beam_search.BeamCache) and leaves the table alone
+(but when finished sentences leave the batch), or a plain dict, which the search reorders whole.
 """
 
 import functools
@@ -57,6 +57,9 @@ class TableCache(NamedTuple):
 
     def reorder(self, rows):
         return self._replace(sum=tf.gather(self.sum, rows))
+
+    def compact(self, rows):  # finished sentences leave the batch (live_rows.py)
+        return self._make(tf.gather(t, rows) for t in self)
 
 
 class StuckCache(TableCache):

@@ -126,3 +126,16 @@ def test_beams_share_memory_and_reorder_self_attention():
     # What every beam shares is left as it is, not gathered.
     assert reordered.memory_keys[0] is tiled.memory_keys[0]
     assert reordered.memory_bias is tiled.memory_bias
+
+
+def test_compact_gathers_every_part_and_may_drop_rows():
+    """Finished sentences leave the batch (decoding/live_rows.py): memory follows too."""
+    model = build_model(TINY)
+    source, target = _batch()
+    state = model.initial_cache(model.encode(source), source, cache.growing())
+    _, state = model.decode_step(target, tf.constant(0), state)
+    tiled = state.tile(2)
+    rows = tf.constant([3, 2])  # the second sentence's beams, swapped; the first dropped
+    compacted = tiled.compact(rows)
+    for before, after in zip(tf.nest.flatten(tiled), tf.nest.flatten(compacted)):
+        np.testing.assert_array_equal(after.numpy(), before.numpy()[rows.numpy()])

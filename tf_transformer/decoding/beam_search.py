@@ -37,40 +37,33 @@ higher score, so stopping early returns what running to m would (up to ties). A 
 also done at step m, where every alive hypothesis has been forced to finish.
 The loop ends when every sentence is done or at max(max_lengths) steps.
 
-A done sentence still rides in the batch (shapes are fixed) but has no alive
-hypotheses, and its finished state is frozen; the loop ends with the slowest
-sentence, so batching sentences of similar length (the input pipeline buckets
-by length) keeps the waste small.
+A done sentence has no alive hypotheses and its finished state is frozen. By
+default (`shrink`) it leaves the working batch after the step that finished it
+(live_rows.py); its results go to a full-size buffer in the caller's order.
+With a static buffer (XLA) the batch instead rides at full size until
+`advance` ends, the loop ending with the slowest sentence; xla_search.py then
+moves the live ones to a smaller static capacity (live_rows.pack).
 
 The cache. `initial_cache` is tiled from [batch, ...] to [batch * beam, ...]
 and, after every step, its rows follow their hypotheses' parents. A plain nest
 (dicts, lists, tensors) is tiled and reordered whole. An object with
 `tile(beam)` and `reorder(rows)` (the `BeamCache` protocol; model/cache.py's
 DecoderCache) does both itself, so what every beam shares (encoder memory) is
-never gathered. A cache may change shape between two `advance` calls (XLA: a
-short buffer first, padded if decoding goes on); within one it keeps its shapes
-under XLA, and in graph mode may grow by a position per step.
+gathered only by `compact`, when finished sentences leave (live_rows.py). A
+cache may change shape between two `advance` calls (XLA: a short buffer first,
+padded if decoding goes on); within one it keeps its shapes under XLA, and in
+graph mode may grow by a position per step.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple, Protocol, runtime_checkable
+from typing import Any, Callable, NamedTuple
 
 import tensorflow as tf
 
 from tf_transformer.config import BOS_ID, EOS_ID, PAD_ID
-
-
-@runtime_checkable
-class BeamCache(Protocol):
-    """A cache that tiles and reorders itself (module docstring): tile makes row
-    b * beam + j a copy of row b; reorder(rows int32 [batch * beam]) makes row i
-    old row rows[i] wherever that matters."""
-
-    def tile(self, beam: int) -> "BeamCache": ...
-
-    def reorder(self, rows: tf.Tensor) -> "BeamCache": ...
-
+from tf_transformer.decoding import live_rows
+from tf_transformer.decoding.live_rows import BeamCache  # noqa: F401 (the protocol)
 
 # A BeamCache, or nested dicts/lists of tensors whose first dimension is the batch.
 Cache = Any
@@ -97,16 +90,21 @@ class BeamSearchResult(NamedTuple):
 
 
 class BeamState(NamedTuple):
-    """The search's state between steps; fixed shapes but for the cache's."""
+    """The search's state between steps, over `rows` working sentences (all of
+    the batch, or the live ones: live_rows.py); fixed shapes but for the
+    cache's and the number of rows."""
 
     step: tf.Tensor  # int32 []: tokens decoded so far by every alive hypothesis
-    alive_ids: tf.Tensor  # int32 [batch, beam, width]: BOS, tokens, PAD; width = max_length + 1
-    alive_log_probs: tf.Tensor  # float32 [batch, beam]: -inf for a dead slot
-    alive_cache: Cache  # nested, each [batch * beam, ...], row b * beam + j
-    finished_ids: tf.Tensor  # int32 [batch, beam, width]
-    finished_scores: tf.Tensor  # float32 [batch, beam]: sorted descending, -inf if empty
-    finished_lengths: tf.Tensor  # int32 [batch, beam]
-    done: tf.Tensor  # bool [batch]: the sentence's n-best list can no longer change
+    alive_ids: tf.Tensor  # int32 [rows, beam, width]: BOS, tokens, PAD; width = max_length + 1
+    alive_log_probs: tf.Tensor  # float32 [rows, beam]: -inf for a dead slot
+    alive_cache: Cache  # nested, each [rows * beam, ...], row b * beam + j
+    finished_ids: tf.Tensor  # int32 [rows, beam, width]
+    finished_scores: tf.Tensor  # float32 [rows, beam]: sorted descending, -inf if empty
+    finished_lengths: tf.Tensor  # int32 [rows, beam]
+    done: tf.Tensor  # bool [rows]: the sentence's n-best list can no longer change
+    max_lengths: tf.Tensor  # int32 [rows]: clipped to [1, max_decode_length]
+    sentence: tf.Tensor  # int32 [rows]: the row's index in the caller's batch
+    results: live_rows.Results  # [batch, nbest, ...]: of sentences that left the rows
 
 
 def length_penalty(length, alpha) -> tf.Tensor:
@@ -148,12 +146,16 @@ class BeamSearch:
         default. Under XLA give a static one (a buffer sized by the values of
         max_lengths would compile once per distinct value); max_lengths is
         then clipped to it.
+      shrink: done sentences leave the working rows after each step
+        (live_rows.py); default: unless max_decode_length is given (a static
+        buffer asks for static shapes). The outputs are the same.
     """
 
     def __init__(self, symbols_to_logits_fn: SymbolsToLogitsFn, *, vocab_size: int,
                  beam_size: int, alpha: float | tf.Tensor, max_lengths: tf.Tensor,
                  eos_id: int = EOS_ID, bos_id: int = BOS_ID, nbest: int = 1,
-                 batch_size: int | None = None, max_decode_length: int | None = None):
+                 batch_size: int | None = None, max_decode_length: int | None = None,
+                 shrink: bool | None = None):
         if beam_size < 1:
             raise ValueError(f"beam_size must be >= 1, got {beam_size}")
         if not 1 <= nbest <= beam_size:
@@ -165,6 +167,7 @@ class BeamSearch:
             batch_size = max_lengths.shape[0]
             if batch_size is None:
                 batch_size = tf.shape(max_lengths)[0]
+        self.shrink = max_decode_length is None if shrink is None else shrink
         if max_decode_length is None:
             max_decode_length = tf.maximum(tf.reduce_max(max_lengths), 1)
         max_lengths = tf.clip_by_value(max_lengths, 1, max_decode_length)
@@ -183,35 +186,44 @@ class BeamSearch:
             step=tf.constant(0, tf.int32),
             alive_ids=alive_ids,
             alive_log_probs=tf.tile(first[tf.newaxis], tf.stack([batch, 1])),
-            alive_cache=_tile(initial_cache, beam),
+            alive_cache=live_rows.tile(initial_cache, beam),
             finished_ids=tf.fill(tf.shape(alive_ids), PAD_ID),
             finished_scores=tf.fill(tf.stack([batch, beam]), _NEG_INF),
             finished_lengths=tf.zeros(tf.stack([batch, beam]), tf.int32),
-            done=tf.zeros(tf.stack([batch]), tf.bool))
+            done=tf.zeros(tf.stack([batch]), tf.bool),
+            max_lengths=self.config.max_lengths,
+            sentence=tf.range(batch),
+            results=live_rows.empty_results(batch, self.config.nbest, width))
 
-    def advance(self, state: BeamState, until=None) -> BeamState:
-        """Steps until every sentence is done, or `step` reaches `until`
-        (default: the longest max_length)."""
+    def advance(self, state: BeamState, until=None, live_above: int | None = None) -> BeamState:
+        """Steps until every sentence is done, `step` reaches `until` (default:
+        the longest max_length), or at most `live_above` sentences are live
+        (XLA's capacity stages; the rows then never shrink within the loop)."""
         last = tf.reduce_max(self.config.max_lengths)
         last = last if until is None else tf.minimum(last, until)
+        shrink = (self.shrink and live_above is None
+                  and live_rows.can_compact(state.alive_cache))
+        live_above = 0 if live_above is None else live_above
 
         def cond(state: BeamState) -> tf.Tensor:
-            return tf.logical_and(state.step < last, tf.logical_not(tf.reduce_all(state.done)))
+            live = tf.reduce_sum(tf.cast(tf.logical_not(state.done), tf.int32))
+            return tf.logical_and(state.step < last, live > live_above)
 
         def body(state: BeamState) -> tuple[BeamState]:
-            return (_search_step(self.config, state),)
+            return (_search_step(self.config, state, shrink),)
 
         (state,) = tf.while_loop(cond, body, (state,),
                                  shape_invariants=(_shape_invariants(state),))
         return state
 
     def finish(self, state: BeamState) -> BeamSearchResult:
-        """The nbest best finished hypotheses, BOS dropped; empty slots blanked."""
-        nbest = self.config.nbest
-        scores = state.finished_scores[:, :nbest]
+        """The nbest best finished hypotheses in the caller's order, BOS dropped;
+        empty slots blanked."""
+        results = live_rows.write_results(state)
+        scores = results.scores
         empty = scores == _NEG_INF
-        ids = tf.where(empty[:, :, tf.newaxis], PAD_ID, state.finished_ids[:, :nbest, 1:])
-        lengths = tf.where(empty, 0, state.finished_lengths[:, :nbest])
+        ids = tf.where(empty[:, :, tf.newaxis], PAD_ID, results.ids[:, :, 1:])
+        lengths = tf.where(empty, 0, results.lengths)
         return BeamSearchResult(ids=ids, scores=scores, lengths=lengths)
 
 
@@ -222,28 +234,14 @@ class _Config(NamedTuple):
     vocab_size: int
     beam_size: int
     alpha: tf.Tensor
-    max_lengths: tf.Tensor  # int32 [batch], clipped to [1, max_decode_length]
+    max_lengths: tf.Tensor  # int32 [batch], clipped to [1, max_decode_length]: the loop's end
     eos_id: int
     bos_id: int
     nbest: int
 
 
-def _tile(cache: Cache, beam: int) -> Cache:
-    """[batch, ...] -> [batch * beam, ...], row b * beam + j copies row b."""
-    if isinstance(cache, BeamCache):
-        return cache.tile(beam)
-    return tf.nest.map_structure(lambda t: tf.repeat(t, beam, axis=0), cache)
-
-
-def _reorder(cache: Cache, rows: tf.Tensor) -> Cache:
-    """Row i <- row rows[i]: the cache's own reorder, or a gather of the whole nest."""
-    if isinstance(cache, BeamCache):
-        return cache.reorder(rows)
-    return tf.nest.map_structure(lambda t: tf.gather(t, rows), cache)
-
-
 def _shape_invariants(state: BeamState) -> BeamState:
-    """Static shapes with batch free to vary, and every cache dimension (a
+    """Static shapes with rows free to vary, and every cache dimension (a
     model's cache may grow by a position per step)."""
     def free_first(t):
         return tf.TensorShape([None]).concatenate(t.shape[1:])
@@ -253,21 +251,32 @@ def _shape_invariants(state: BeamState) -> BeamState:
     return invariants._replace(alive_cache=free_cache)
 
 
-def _search_step(config: _Config, state: BeamState) -> BeamState:
-    """One step: grow alive, new alive, new finished, then the stopping rule."""
+def _search_step(config: _Config, state: BeamState, shrink: bool) -> BeamState:
+    """One step: grow alive, new alive, new finished, the stopping rule, then the
+    cache rows follow their parents (and, with `shrink`, done sentences leave)."""
     log_probs, ids, parents, tokens, cache = _grow_alive(config, state)
     # Extensions that end here: by EOS, or forced at the sentence's max length.
     ends = tf.logical_or(tokens == config.eos_id,
-                         (state.step + 1 >= config.max_lengths)[:, tf.newaxis])
-    alive_log_probs, alive_cache = _new_alive(config, state, log_probs, ends, parents, cache)
+                         (state.step + 1 >= state.max_lengths)[:, tf.newaxis])
+    # new alive: the extensions that go on (-inf where one ended or the sentence is done).
+    alive_log_probs = tf.where(tf.logical_or(ends, state.done[:, tf.newaxis]), _NEG_INF, log_probs)
     finished_ids, finished_scores, finished_lengths = _new_finished(
         config, state, log_probs, ids, ends)
     step = state.step + 1
-    done = _update_done(config, step, alive_log_probs, finished_scores, state.done)
+    done = _update_done(config, step, alive_log_probs, finished_scores, state)
     # A done sentence keeps no alive hypotheses, so it cannot touch its results.
     alive_log_probs = tf.where(done[:, tf.newaxis], _NEG_INF, alive_log_probs)
-    return BeamState(step, ids, alive_log_probs, alive_cache, finished_ids, finished_scores,
-                      finished_lengths, done)
+    state = state._replace(step=step, alive_ids=ids, alive_log_probs=alive_log_probs,
+                           alive_cache=cache, finished_ids=finished_ids,
+                           finished_scores=finished_scores,
+                           finished_lengths=finished_lengths, done=done)
+    beam = config.beam_size
+    rows = tf.reshape(parents + tf.range(tf.shape(parents)[0])[:, tf.newaxis] * beam, [-1])
+    if shrink:
+        return live_rows.drop_done(state, rows, beam)
+    if beam == 1:  # the parent of slot 0 is always slot 0
+        return state
+    return state._replace(alive_cache=live_rows.reorder(cache, rows))
 
 
 def _grow_alive(config: _Config, state: BeamState):
@@ -299,22 +308,6 @@ def _grow_alive(config: _Config, state: BeamState):
     return top_log_probs, ids, parents, tokens, cache
 
 
-def _new_alive(config: _Config, state: BeamState, log_probs, ends, parents, cache):
-    """Extensions that go on, with the cache rows reordered to their parents.
-
-    Returns alive log-probs float32 [batch, beam] (-inf where the extension
-    ended or the sentence is done) and the reordered cache.
-    """
-    dead = tf.logical_or(ends, state.done[:, tf.newaxis])
-    alive_log_probs = tf.where(dead, _NEG_INF, log_probs)
-    if config.beam_size == 1:  # the parent of slot 0 is always slot 0
-        return alive_log_probs, cache
-    beam = config.beam_size
-    offsets = tf.range(tf.shape(parents)[0])[:, tf.newaxis] * beam
-    rows = tf.reshape(parents + offsets, [-1])  # [batch * beam]
-    return alive_log_probs, _reorder(cache, rows)
-
-
 def _new_finished(config: _Config, state: BeamState, log_probs, ids, ends):
     """Merges the extensions that ended into the k best finished hypotheses.
 
@@ -336,11 +329,12 @@ def _new_finished(config: _Config, state: BeamState, log_probs, ids, ends):
             tf.where(keep, state.finished_lengths, top_lengths))
 
 
-def _update_done(config: _Config, step, alive_log_probs, finished_scores, done) -> tf.Tensor:
-    """The stopping rule of the module docstring, per sentence: bool [batch]."""
+def _update_done(config: _Config, step, alive_log_probs, finished_scores,
+                 state: BeamState) -> tf.Tensor:
+    """The stopping rule of the module docstring, per sentence: bool [rows]."""
     best_alive = tf.reduce_max(alive_log_probs, axis=1)
     max_penalty = tf.maximum(length_penalty(step + 1, config.alpha),
-                             length_penalty(config.max_lengths, config.alpha))
+                             length_penalty(state.max_lengths, config.alpha))
     bound = best_alive / max_penalty
     needed = finished_scores[:, config.nbest - 1]
-    return done | (step >= config.max_lengths) | (bound <= needed)
+    return state.done | (step >= state.max_lengths) | (bound <= needed)

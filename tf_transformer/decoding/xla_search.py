@@ -10,6 +10,19 @@ FIRST_CACHE_LENGTH positions for the first steps, padded once to the full
 length if some sentence is still going: a batch whose outputs stop early never
 copies, reorders or attends over the long buffer. Outputs are cut back to the
 caller's batch and to the graph path's ids width, so they are the graph path's.
+
+Finished sentences leave the batch by capacity stages (`capacities`): the
+state holds C sentences, C from a small static set (the padded batch B, then
+B / CAPACITY_FACTOR ** k, at least 1, for k up to STAGES); once at most the
+next capacity is live, live sentences are packed first into the smaller state
+(live_rows.pack) and decoding goes on there. The function is traced for any
+batch, so the capacities are tensors that XLA folds to constants; a stage
+whose capacity equals the next one's sits in a `tf.cond` with a constant
+predicate, which XLA removes before it compiles (batch 1 compiles one stage).
+The short cache serves the first stage only (later stages, at a quarter of
+the rows or less, run on the full one): STAGES + 2 loop bodies to compile
+instead of 2, so CAPACITY_FACTOR and STAGES trade steps on finished rows
+for compile time (measured: BUILD.md).
 """
 
 from __future__ import annotations
@@ -19,6 +32,7 @@ from typing import TYPE_CHECKING
 import tensorflow as tf
 
 from tf_transformer.config import EOS_ID, PAD_ID
+from tf_transformer.decoding import live_rows
 from tf_transformer.decoding.beam_search import BeamSearchResult
 from tf_transformer.model import cache
 
@@ -27,6 +41,16 @@ if TYPE_CHECKING:
 
 LENGTH_BUCKET = 16  # sources padded to a multiple of this many tokens
 FIRST_CACHE_LENGTH = 32  # steps on a short cache before it is padded to full length
+CAPACITY_FACTOR = 4  # each capacity stage holds 1/CAPACITY_FACTOR of the previous one's rows
+STAGES = 2  # capacity switches at most: 32 sentences -> 8 -> 2
+
+
+def capacities(batch, factor: int = CAPACITY_FACTOR, stages: int = STAGES) -> list:
+    """The state sizes, largest first: batch, then batch // factor ** k (at least
+    1) for k = 1..stages; ints for an int batch, else int32 scalars."""
+    if isinstance(batch, int):
+        return [batch] + [max(batch // factor ** k, 1) for k in range(1, stages + 1)]
+    return [batch] + [tf.maximum(batch // factor ** k, 1) for k in range(1, stages + 1)]
 
 
 def pad_to_compiled_shape(source_ids: tf.Tensor, max_source_length: int) -> tf.Tensor:
@@ -51,15 +75,26 @@ def pad_to_compiled_shape(source_ids: tf.Tensor, max_source_length: int) -> tf.T
 def fixed_shape_search(translator: Translator, source_ids, alpha, extra_length,
                        nbest: int) -> BeamSearchResult:
     """The search with static shapes (source_ids' shape and extra_length are
-    compile-time constants): a short FixedCache first, padded once if needed."""
+    compile-time constants): capacity stages (module docstring), the first on
+    a short FixedCache while step < FIRST_CACHE_LENGTH, then on the full one."""
     model = translator.model
     width = tf.minimum(tf.shape(source_ids)[1] + extra_length, translator.max_target_length)
+    first_length = tf.minimum(FIRST_CACHE_LENGTH, width)
     search = translator.beam_search(source_ids, alpha, extra_length, nbest, max_decode_length=width)
     memory = model.encode(source_ids, training=False)
-    first = model.initial_cache(memory, source_ids, cache.fixed(tf.minimum(FIRST_CACHE_LENGTH, width)))
-    state = search.advance(search.start(first), until=FIRST_CACHE_LENGTH)
+    sizes = capacities(tf.shape(source_ids)[0])
+    # Each stage decodes until at most the next capacity is live (0: to the end).
+    exits = [tf.where(smaller < size, smaller, 0) for size, smaller in zip(sizes, sizes[1:])]
+    exits.append(0)
+    first = model.initial_cache(memory, source_ids, cache.fixed(first_length))
+    state = search.advance(search.start(first), until=first_length, live_above=exits[0])
     state = state._replace(alive_cache=state.alive_cache.padded(width))
-    return search.finish(search.advance(state))
+    state = search.advance(state, live_above=exits[0])
+    for k in range(1, len(sizes)):
+        state = live_rows.pack(state, sizes[k], translator.beam_size)
+        state = tf.cond(sizes[k] < sizes[k - 1],  # a constant for XLA: else not compiled
+                        lambda: search.advance(state, live_above=exits[k]), lambda: state)
+    return search.finish(state)
 
 
 class CompiledSearch:

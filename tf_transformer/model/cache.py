@@ -12,10 +12,12 @@ positions: the shapes XLA needs; `padded(L')` moves it to a longer buffer
 between two loops (a short first buffer serves outputs that stop early).
 
 `DecoderCache` is the model's whole cache. It follows beam_search's cache
-protocol (`tile`, `reorder`): the self-attention caches follow their beams,
-while the projected encoder memory and its bias, the same for every beam of a
-sentence, are tiled once and never reordered. All classes are NamedTuples, so
-the cache is a nest that tf.while_loop and XLA carry as it is.
+protocol (`tile`, `reorder`, `compact`): the self-attention caches follow their
+beams, while the projected encoder memory and its bias, the same for every beam
+of a sentence, are tiled once and never reordered; they are gathered only by
+`compact`, when finished sentences leave the batch (decoding/live_rows.py).
+All classes are NamedTuples, so the cache is a nest that tf.while_loop and
+XLA carry as it is.
 """
 
 from __future__ import annotations
@@ -119,6 +121,11 @@ class DecoderCache(NamedTuple):
         """Self-attention rows gathered to `rows` [batch]; memory untouched."""
         self_attention = tf.nest.map_structure(lambda t: tf.gather(t, rows), self.self_attention)
         return self._replace(self_attention=self_attention)
+
+    def compact(self, rows: tf.Tensor) -> "DecoderCache":
+        """Every row, memory included, gathered to `rows` [n * beam]: a reorder that
+        also drops the rows of finished sentences (n sentences stay)."""
+        return tf.nest.map_structure(lambda t: tf.gather(t, rows), self)
 
     def padded(self, length) -> "DecoderCache":
         """Every FixedCache moved to a buffer of `length` positions."""

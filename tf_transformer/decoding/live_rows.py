@@ -1,0 +1,140 @@
+"""Finished sentences leave the beam search's working batch.
+
+Why: the loop runs until a batch's slowest sentence is done, and a done
+sentence that stays in the batch still costs its decoder step, the vocabulary
+projection, top-k and cache reorder (issue 16 measured 34% of row-steps live).
+
+The working state (beam_search.BeamState) holds only some of the caller's
+sentences: `sentence` int32 [rows] names each working row's sentence, and
+`results` (full size, in the caller's order) receives a sentence's n-best
+list when it leaves (`write_results`). Two ways to leave:
+  graph mode (`drop_done`): after a step with a newly done sentence, the live
+    sentences' rows are gathered; the cache gather is the step's beam reorder
+    itself, with the rows of the parents of live sentences only, so dropping
+    costs no extra copy of the self-attention cache (the encoder memory, never
+    reordered, is gathered on those steps only).
+  XLA (`pack`, xla_search.py): shapes are static, so the state moves to a
+    smaller capacity between two loops, live sentences first.
+
+The cache: a plain nest is gathered whole, so it can always shrink. A
+`BeamCache` shrinks if it has `compact(rows)` (rows int32 [n * beam]: a
+reorder that gathers every part, shared ones included, and may drop rows);
+one without keeps every sentence (today's search).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, runtime_checkable
+
+import tensorflow as tf
+
+from tf_transformer.config import PAD_ID
+
+if TYPE_CHECKING:
+    from tf_transformer.decoding.beam_search import BeamState
+
+@runtime_checkable
+class BeamCache(Protocol):
+    """A cache that tiles and reorders itself (beam_search's docstring): tile makes
+    row b * beam + j a copy of row b; reorder(rows int32 [batch * beam]) makes
+    row i old row rows[i] wherever that matters. Optional, to shrink (module
+    docstring): compact(rows int32 [n * beam]) does so for every part."""
+
+    def tile(self, beam: int) -> "BeamCache": ...
+
+    def reorder(self, rows: tf.Tensor) -> "BeamCache": ...
+
+
+# The BeamState fields with one row per working sentence (the cache aside).
+ROW_FIELDS = ("alive_ids", "alive_log_probs", "finished_ids", "finished_scores",
+              "finished_lengths", "done", "max_lengths", "sentence")
+
+
+class Results(NamedTuple):
+    """The n-best lists of sentences that left the working rows, caller's order."""
+
+    ids: tf.Tensor  # int32 [batch, nbest, width], BOS first
+    scores: tf.Tensor  # float32 [batch, nbest], -inf if empty
+    lengths: tf.Tensor  # int32 [batch, nbest]
+
+
+def empty_results(batch, nbest: int, width) -> Results:
+    return Results(tf.fill(tf.stack([batch, nbest, width]), PAD_ID),
+                   tf.fill(tf.stack([batch, nbest]), float("-inf")),
+                   tf.zeros(tf.stack([batch, nbest]), tf.int32))
+
+
+def write_results(state: BeamState) -> Results:
+    """Every working row's n-best finished hypotheses scattered to its sentence.
+
+    A done row's finished state is frozen, so writing it again is harmless.
+    """
+    nbest = state.results.scores.shape[1]
+    index = state.sentence[:, tf.newaxis]
+    return Results(
+        tf.tensor_scatter_nd_update(state.results.ids, index, state.finished_ids[:, :nbest]),
+        tf.tensor_scatter_nd_update(state.results.scores, index,
+                                    state.finished_scores[:, :nbest]),
+        tf.tensor_scatter_nd_update(state.results.lengths, index,
+                                    state.finished_lengths[:, :nbest]))
+
+
+def tile(cache: Any, beam: int) -> Any:
+    """[batch, ...] -> [batch * beam, ...], row b * beam + j copies row b."""
+    if isinstance(cache, BeamCache):
+        return cache.tile(beam)
+    return tf.nest.map_structure(lambda t: tf.repeat(t, beam, axis=0), cache)
+
+
+def reorder(cache: Any, rows: tf.Tensor) -> Any:
+    """Row i <- row rows[i]: the cache's own reorder, or a gather of the whole nest."""
+    if isinstance(cache, BeamCache):
+        return cache.reorder(rows)
+    return tf.nest.map_structure(lambda t: tf.gather(t, rows), cache)
+
+
+def can_compact(cache: Any) -> bool:
+    """Whether the cache can drop rows (module docstring)."""
+    return not isinstance(cache, BeamCache) or hasattr(cache, "compact")
+
+
+def compact(cache: Any, rows: tf.Tensor) -> Any:
+    """Row i <- row rows[i] for every part; rows int32 [n * beam] may drop rows."""
+    if isinstance(cache, BeamCache):
+        return cache.compact(rows)
+    return tf.nest.map_structure(lambda t: tf.gather(t, rows), cache)
+
+
+def _take(state: BeamState, keep: tf.Tensor, cache_rows: tf.Tensor) -> BeamState:
+    """The working rows `keep` int32 [n], the cache's rows `cache_rows` [n * beam];
+    what leaves is written to the results first."""
+    taken = {name: tf.gather(getattr(state, name), keep) for name in ROW_FIELDS}
+    return state._replace(results=write_results(state),
+                          alive_cache=compact(state.alive_cache, cache_rows), **taken)
+
+
+def drop_done(state: BeamState, rows: tf.Tensor, beam: int) -> BeamState:
+    """Graph mode, after a step: the beam reorder of the cache (row i <- rows[i],
+    rows int32 [rows * beam], the parents), and, if some sentence is done, the
+    done sentences dropped within that same gather."""
+    live = tf.logical_not(state.done)
+
+    def shrink():
+        keep = tf.cast(tf.where(live)[:, 0], tf.int32)  # [n]
+        cache_rows = tf.reshape(tf.gather(tf.reshape(rows, [-1, beam]), keep), [-1])
+        return _take(state, keep, cache_rows)
+
+    def keep_all():
+        if beam == 1:  # the parent of slot 0 is always slot 0
+            return state
+        return state._replace(alive_cache=reorder(state.alive_cache, rows))
+
+    return tf.cond(tf.reduce_any(state.done), shrink, keep_all)
+
+
+def pack(state: BeamState, capacity: int, beam: int) -> BeamState:
+    """XLA, between two loops: the first `capacity` working rows, live ones first
+    (every live sentence must fit: at most `capacity` are live). Static shapes."""
+    keep = tf.argsort(tf.cast(state.done, tf.int32), stable=True)[:capacity]
+    cache_rows = tf.reshape(keep[:, tf.newaxis] * beam + tf.range(beam), [-1])
+    return _take(state, keep, cache_rows)
