@@ -2,6 +2,7 @@
 
   python -m bench.packing --vocab=SPM_MODEL [--data=SPEC] [--row_lengths=256,128,64]
                           [--tokens_per_batch=4096] [--real_tokens=20000] [--xla=false,true]
+                          [--rounds=2] [--nopadding]
 
 For each row length L (max_length = L for both pipelines, so both keep the
 same pairs): one epoch of pipeline.make_dataset (bucketed) and of
@@ -31,6 +32,7 @@ TOKENS_PER_BATCH = flags.DEFINE_integer("tokens_per_batch", 4096, "positions per
 REAL_TOKENS = flags.DEFINE_integer("real_tokens", 20000, "real target tokens per timed pass")
 XLA = flags.DEFINE_list("xla", ["false", "true"], "jit_compile settings of the step")
 ROUNDS = flags.DEFINE_integer("rounds", 2, "alternating timed passes per mode")
+PADDING = flags.DEFINE_bool("padding", True, "measure padding and packer speed for every L")
 
 
 def epoch(dataset):
@@ -135,6 +137,8 @@ def main(argv):
         packed = packing.make_dataset(pairs, vocab, config, repeat=False, count_skipped=False)
         datasets.setdefault("bucketed", bucketed)
         datasets.setdefault("packed", packed)
+        if not PADDING.value:
+            continue
         b, p = epoch(bucketed), epoch(packed)
         pad_b, pad_p = 1 - b[1] / b[2], 1 - p[1] / p[2]
         print(f"padding L={length} pairs={b[0]} bucketed_batches={b[3]} packed_batches={p[3]} "

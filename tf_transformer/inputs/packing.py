@@ -171,3 +171,13 @@ def make_dataset(corpus: Corpus | StreamedCorpus, tokenizer: Tokenizer,
     options.deterministic = data_config.deterministic
     options.experimental_external_state_policy = tf.data.experimental.ExternalStatePolicy.IGNORE
     return dataset.with_options(options).prefetch(AUTOTUNE)
+
+
+def dataset_fn(corpus: Corpus | StreamedCorpus, tokenizer: Tokenizer, data_config: DataConfig,
+               row_length: int | None = None):
+    """For `strategy.distribute_datasets_from_function`, as pipeline.dataset_fn (training)."""
+    def fn(input_context: tf.distribute.InputContext) -> tf.data.Dataset:
+        return make_dataset(corpus, tokenizer, data_config, row_length=row_length,
+                            input_context=input_context)
+
+    return fn

@@ -137,3 +137,21 @@ def test_segments_of_one_side_only_are_refused():
     packed = _pack(_pairs())
     with pytest.raises(ValueError, match="both"):
         model.states({k: v for k, v in packed.items() if k != "source_segments"})
+
+
+def test_trainer_grads_on_a_packed_row_equal_the_pairs_alone(tmp_path):
+    """The trainer hands the segment and position ids to the model (training/trainer.py)."""
+    from tf_transformer.config import Config, DataConfig
+    from tf_transformer.training.trainer import Trainer
+
+    config = Config(model=TINY, data=DataConfig(max_length=ROW, tokens_per_batch=2 * ROW))
+    trainer = Trainer(config, str(tmp_path), tf.distribute.OneDeviceStrategy("/cpu:0"))
+    pairs = _pairs(seed=4)
+    grads, loss, tokens, source_tokens = trainer._grads(_pack(pairs))
+    alone = [trainer._grads({k: tf.constant([p[i]]) for i, k in
+                             enumerate(("source", "target_in", "target_out"))}) for p in pairs]
+    assert float(tokens) == sum(float(a[2]) for a in alone) == sum(len(p[2]) for p in pairs)
+    assert float(source_tokens) == sum(len(p[0]) for p in pairs)
+    np.testing.assert_allclose(float(loss), sum(float(a[1]) for a in alone), rtol=1e-5)
+    for g, parts in zip(grads, zip(*(a[0] for a in alone))):
+        np.testing.assert_allclose(g.numpy(), sum(p.numpy() for p in parts), atol=2e-5)
