@@ -11,6 +11,8 @@ Entry points, each with one return type:
   decode_step(ids, step, cache)          -> (float32 logits [batch, vocab], DecoderCache)
 `decode_step` is the `symbols_to_logits_fn` contract of decoding/beam_search.py;
 the trainer uses `states` + `logits` to project non-pad positions only.
+Training inputs may be packed rows (inputs/packing.py): `PACKED_KEYS` add
+segment ids, which mask attention to each pair (masks.py), and position ids.
 """
 
 import dataclasses
@@ -23,6 +25,9 @@ from tf_transformer.model import cache as caches
 from tf_transformer.model import masks
 from tf_transformer.model.cache import DecoderCache
 from tf_transformer.model.layers import Decoder, Encoder, TokenAndPositionEmbedding
+
+# Optional keys of `call`/`states` inputs: [batch, S] or [batch, T] int32 each.
+PACKED_KEYS = ("source_segments", "source_positions", "target_segments", "target_positions")
 
 
 @keras.saving.register_keras_serializable(package="tf_transformer")
@@ -69,17 +74,41 @@ class Transformer(keras.Model):
         self.build()
 
     # -- training pass -----------------------------------------------------
-    def encode(self, source, training=None):
-        """[batch, S] source ids -> memory [batch, S, d_model] (pad positions masked out)."""
-        bias = masks.attention_bias(masks.padding_mask(source))
-        return self.encoder(self.source_embedding(source, training=training), bias, training=training)
+    def encode(self, source, training=None, segments=None, positions=None):
+        """[batch, S] source ids -> memory [batch, S, d_model] (pad positions masked out).
 
-    def decode_states(self, target_in, memory, source, training=None):
-        """Teacher-forced decoder output before the softmax layer: [batch, T, d_model]."""
-        self_bias = masks.attention_bias(masks.decoder_self_mask(target_in))
-        memory_bias = masks.attention_bias(masks.padding_mask(source))
-        x = self.target_embedding(target_in, training=training)
-        return self.decoder(x, memory, self_bias, memory_bias, training=training)
+        segments, positions: [batch, S] of a packed row (positions default to
+        masks.segment_positions); self-attention stays within each segment.
+        """
+        if segments is None:
+            mask = masks.padding_mask(source)
+        else:
+            mask = masks.segment_mask(segments, segments)
+            positions = masks.segment_positions(segments) if positions is None else positions
+        x = self.source_embedding(source, position_ids=positions, training=training)
+        return self.encoder(x, masks.attention_bias(mask), training=training)
+
+    def decode_states(self, target_in, memory, source, training=None, target_segments=None,
+                      target_positions=None, source_segments=None):
+        """Teacher-forced decoder output before the softmax layer: [batch, T, d_model].
+
+        Packed rows give target_segments [batch, T] and source_segments
+        [batch, S] together: self-attention causal within a target segment,
+        cross-attention from target segment i to source segment i.
+        """
+        if (target_segments is None) != (source_segments is None):
+            raise ValueError("packed rows need both target_segments and source_segments")
+        if target_segments is None:
+            self_mask = masks.decoder_self_mask(target_in)
+            memory_mask = masks.padding_mask(source)
+        else:
+            self_mask = masks.packed_decoder_self_mask(target_segments)
+            memory_mask = masks.segment_mask(target_segments, source_segments)
+            if target_positions is None:
+                target_positions = masks.segment_positions(target_segments)
+        x = self.target_embedding(target_in, position_ids=target_positions, training=training)
+        return self.decoder(x, memory, masks.attention_bias(self_mask),
+                            masks.attention_bias(memory_mask), training=training)
 
     def states(self, inputs, training=None):
         """inputs as for `call` -> decoder states [batch, T, d_model]; `logits` finishes the pass.
@@ -87,15 +116,21 @@ class Transformer(keras.Model):
         The trainer applies the 8000+-way output layer to non-pad positions only.
         """
         source, target_in = inputs["source"], inputs["target_in"]
-        return self.decode_states(target_in, self.encode(source, training=training), source,
-                                  training=training)
+        packed = {k: inputs.get(k) for k in PACKED_KEYS}
+        memory = self.encode(source, training=training, segments=packed["source_segments"],
+                             positions=packed["source_positions"])
+        return self.decode_states(target_in, memory, source, training=training,
+                                  target_segments=packed["target_segments"],
+                                  target_positions=packed["target_positions"],
+                                  source_segments=packed["source_segments"])
 
     def logits(self, states):
         """[..., d_model] decoder states -> float32 logits [..., vocab] (the shared table)."""
         return self.target_embedding.logits(states)
 
     def call(self, inputs, training=None):
-        """inputs: {"source": [batch, S], "target_in": [batch, T]} -> float32 logits [batch, T, vocab]."""
+        """inputs: {"source": [batch, S], "target_in": [batch, T]}, optionally PACKED_KEYS
+        -> float32 logits [batch, T, vocab]."""
         return self.logits(self.states(inputs, training=training))
 
     # -- incremental decoding ------------------------------------------------

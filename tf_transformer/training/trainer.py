@@ -136,7 +136,7 @@ class Trainer:
 
         `seed_key` (int64 scalar) picks the dropout masks (seeds.py)."""
         with tf.GradientTape() as tape:
-            inputs = {"source": batch["source"], "target_in": batch["target_in"]}
+            inputs = {k: v for k, v in batch.items() if k != "target_out"}  # packed: + ids
             if seed_key is None:
                 states = self.model.states(inputs, training=True)
             else:
