@@ -119,3 +119,71 @@ def xla_op_times(logdir: str) -> dict[str, float]:
                     if "::" not in name:
                         totals[name] = totals.get(name, 0.0) + event.duration_ps / 1e9
     return totals
+
+
+# name -> (DataConfig.static_batch, TrainConfig.jit_compile, TrainConfig.compile_step)
+MODES = {"bucketed": (False, False, False), "bucketed_xla": (False, True, False),
+         "static": (True, False, False), "static_step": (True, False, True)}
+
+
+def corpus_trainer(preset, mode, corpus_dir, vocab_path, tokens_per_batch, work_dir):
+    """(Trainer, iterator, shapes, seen): the trainer's own step on the corpus's training
+    batches in `mode` (MODES); `shapes` records each batch's [B, L] as the step pulls it,
+    `seen` (empty) the shapes already met, across time_mode calls."""
+    import os
+
+    import tensorflow as tf
+
+    from tf_transformer import presets
+    from tf_transformer.inputs import corpus, pipeline, tokenizer
+    from tf_transformer.training.trainer import Trainer
+
+    static, jit, whole = MODES[mode]
+    tok = tokenizer.Tokenizer(vocab_path)
+    config = presets.get_preset(preset, tok.vocab_size)
+    config = config.replace(
+        data=dataclasses.replace(config.data, static_batch=static, tokens_per_batch=tokens_per_batch),
+        train=dataclasses.replace(config.train, jit_compile=jit, compile_step=whole,
+                                  log_every=10 ** 9))
+    pairs = corpus.read_tsv(os.path.join(corpus_dir, "train.tsv"))
+    numpy_batches = pipeline.make_dataset(pairs, tok, config.data, training=True,
+                                          count_skipped=False).as_numpy_iterator()
+    shapes = []
+
+    def generate():
+        for batch in numpy_batches:
+            shapes.append(batch["source"].shape)
+            yield batch
+
+    spec = {k: tf.TensorSpec([None, None], tf.int32) for k in pipeline.KEYS}
+    iterator = iter(tf.data.Dataset.from_generator(generate, output_signature=spec))
+    trainer = Trainer(config, os.path.join(work_dir, mode), tf.distribute.OneDeviceStrategy("/cpu:0"))
+    return trainer, iterator, shapes, set()
+
+
+def time_mode(trainer, iterator, shapes, seen, seconds: float) -> dict:
+    """Steps for `seconds` (compilations included): real (non-pad) source+target tokens
+    per second, overall and without the steps that met a new batch shape (trace and XLA
+    compilation: counted with their seconds), and model FLOP/s of the padded shapes."""
+    step = trainer.step_fn()
+    tokens, flops, steps, known = 0.0, 0.0, 0, len(seen)
+    new_shape_seconds, steady_tokens = 0.0, 0.0
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        before = time.perf_counter()
+        out = {k: float(v) for k, v in step(iterator).items() if k != "flags"}
+        spent = time.perf_counter() - before
+        real = out["source_tokens"] + out["target_tokens"]
+        tokens, flops, steps = tokens + real, flops + out["flops"], steps + 1
+        if shapes[-1] in seen:
+            steady_tokens += real
+        else:
+            seen.add(shapes[-1])
+            new_shape_seconds += spent
+    total = time.perf_counter() - start
+    return {"steps": steps, "tokens_per_sec": tokens / total,
+            "steady_tokens_per_sec": steady_tokens / max(total - new_shape_seconds, 1e-9),
+            "flops_per_sec": flops / total, "shapes": len(seen), "new_shapes": len(seen) - known,
+            "new_shape_seconds": new_shape_seconds,
+            "xla_compiles": getattr(step, "compiles", len(seen) if trainer.config.train.jit_compile
+                                    else 0), "loss": out["loss"]}

@@ -110,8 +110,16 @@ class DataConfig:
     shuffle_buffer: int = 20000
     seed: int = 1
     deterministic: bool = False
+    # Training batches in a few fixed shapes (Model Garden's static_batch): bucket L
+    # always [tokens_per_batch // L, L], short batches filled with PAD rows. The
+    # boundaries below max_length (pipeline.best_boundaries on LibreOffice lengths).
+    static_batch: bool = False
+    static_boundaries: tuple[int, ...] = (8, 16, 24, 32, 48, 72, 120)
 
     def __post_init__(self):
+        object.__setattr__(self, "static_boundaries", tuple(self.static_boundaries))  # JSON list
+        if any(b < 1 for b in self.static_boundaries):
+            raise ConfigError("static_boundaries must be positive")
         if self.max_length < 2:
             raise ConfigError("max_length must leave room for BOS/EOS")
         if self.tokens_per_batch < self.max_length:
@@ -137,7 +145,10 @@ class TrainConfig:
     max_steps: int = 100000
     accum_steps: int = 1
     dtype: str = "float32"  # float32 | mixed_bfloat16 | mixed_float16
-    jit_compile: bool = False
+    jit_compile: bool = False  # forward and backward only, per replica
+    # The whole replica step (forward, backward, loss scaling, all-reduce, Adam) in one
+    # XLA program per batch shape (training/compiled_step.py); one replica only.
+    compile_step: bool = False
     checkpoint_minutes: float = 10.0
     checkpoint_steps: int = 0  # 0: time-based only
     keep_checkpoints: int = 20

@@ -41,6 +41,7 @@ _DATA_OVERRIDES = {
     "tokens_per_batch": (int, "Padded tokens of the longer side per batch, per replica."),
     "shuffle_buffer": (int, "Pairs in the shuffle buffer."),
     "deterministic": (bool, "Reproducible batch order (slower input)."),
+    "static_batch": (bool, "Training batches in a few fixed shapes, short ones filled with PAD rows."),
 }
 _TRAIN_OVERRIDES = {
     "label_smoothing": (float, "epsilon_ls."),
@@ -50,6 +51,8 @@ _TRAIN_OVERRIDES = {
     "accum_steps": (int, "Batches per replica accumulated into one optimizer step."),
     "dtype": (str, "float32, mixed_bfloat16 or mixed_float16 (with loss scaling)."),
     "jit_compile": (bool, "Compile the forward and backward pass with XLA."),
+    "compile_step": (bool, "Compile the whole step (with Adam) with XLA, once per batch shape; "
+                           "one replica. Pair with --static_batch."),
     "checkpoint_minutes": (float, "Minutes between checkpoints (paper: 10)."),
     "checkpoint_steps": (int, "Also checkpoint every this many steps (0: time only)."),
     "keep_checkpoints": (int, "Checkpoints kept in model_dir."),

@@ -12,7 +12,9 @@ others go to the bucket of the smallest boundary >= their length; boundaries
 grow geometrically by `bucket_step` from `min_bucket` to `max_length` and are
 rounded up to `bucket_multiple` (4: a multiple of 8 suits matmuls better but
 costs 5 points of padding efficiency on short segments, see BUILD.md, "Input
-pipeline"); `max_length` is always the last. A bucket of boundary L emits
+pipeline"); `max_length` is always the last (with `static_batch`, the few
+`static_boundaries` instead, and short batches filled with PAD rows: every
+training batch is one of len(boundaries) shapes). A bucket of boundary L emits
 batches of B = tokens_per_batch // L pairs, all three tensors padded with PAD_ID
 to exactly [B, L]; so B * L <= tokens_per_batch (counted on the longer side,
 padding included) and the trainer sees at most one shape per bucket (a shorter
@@ -64,6 +66,44 @@ def bucket_boundaries(max_length: int, min_bucket: int = 8, bucket_step: float =
         length *= bucket_step
     boundaries.add(max_length)
     return sorted(boundaries)
+
+
+def static_bucket_boundaries(data_config: DataConfig) -> list[int]:
+    """The static_batch boundaries below max_length, then max_length."""
+    below = {b for b in data_config.static_boundaries if b < data_config.max_length}
+    return sorted(below) + [data_config.max_length]
+
+
+def padded_positions(boundaries: list[int], lengths: np.ndarray, tokens_per_batch: int) -> float:
+    """Positions per pair (the boundary, plus its share of the budget's unused
+    remainder) summed over `lengths` [n]: what bucketing costs (longer side)."""
+    bounds = np.array(sorted(boundaries))
+    chosen = bounds[np.searchsorted(bounds, lengths)]
+    rows = tokens_per_batch // chosen
+    return float(np.sum(chosen + (tokens_per_batch - rows * chosen) / rows))
+
+
+def best_boundaries(lengths: np.ndarray, count: int, max_length: int, tokens_per_batch: int,
+                    multiple: int = 8) -> list[int]:
+    """The `count` boundaries (multiples of `multiple`, ending at max_length) with
+    the fewest padded positions for these pair lengths [n]: dynamic programming
+    over the length histogram."""
+    lengths = np.asarray(lengths)
+    lengths = lengths[lengths <= max_length]
+    hist = np.bincount(lengths, minlength=max_length + 1)
+    pairs, tokens = np.cumsum(hist), np.cumsum(hist * np.arange(max_length + 1))
+    cands = sorted(set(range(multiple, max_length, multiple)) | {max_length})
+
+    def cost(lo, hi):  # pairs with lo < length <= hi, in bucket hi
+        rows = tokens_per_batch // hi
+        per_pair = hi + (tokens_per_batch - rows * hi) / rows
+        return (pairs[hi] - pairs[lo]) * per_pair - (tokens[hi] - tokens[lo])
+
+    best = [(cost(0, c), [c]) for c in cands]  # 1 bucket ending at each candidate
+    for _ in range(count - 1):
+        best = [min([best[i][0] + cost(cands[i], c), best[i][1] + [c]] for i in range(j))
+                if j else best[0] for j, c in enumerate(cands)]
+    return best[-1][1]
 
 
 def from_corpus(corpus: Corpus | StreamedCorpus, shard: tuple[int, int] = (0, 1),
@@ -149,11 +189,21 @@ def cut(batch: dict[str, tf.Tensor], length: tf.Tensor) -> dict[str, tf.Tensor]:
     return {"index": batch["index"], **{k: batch[k][:, :length] for k in KEYS}}
 
 
-def bucket_by_length(boundaries: list[int], tokens_per_batch: int) -> Transform:
+def fill_rows(batch: dict[str, tf.Tensor], rows: tf.Tensor) -> dict[str, tf.Tensor]:
+    """Appends PAD rows up to `rows` (index -1): they have no target token, so no
+    weight in the loss. [b, L] -> [rows, L]."""
+    missing = rows - tf.shape(batch["index"], out_type=tf.int64)[0]
+    filled = {k: tf.pad(batch[k], [[0, missing], [0, 0]], constant_values=PAD_ID) for k in KEYS}
+    return {"index": tf.pad(batch["index"], [[0, missing]], constant_values=-1), **filled}
+
+
+def bucket_by_length(boundaries: list[int], tokens_per_batch: int,
+                     static: bool = False) -> Transform:
     """Groups padded pairs by bucket into [tokens_per_batch // L, L] batches.
 
     Uses `group_by_window`: one open window per bucket, emitted when full (or at
     the end of a finite input), then cut from max_length to the boundary L.
+    `static`: a short last batch is filled with PAD rows to the full shape.
     """
     if tokens_per_batch < boundaries[-1]:
         raise ValueError(f"tokens_per_batch={tokens_per_batch} < longest bucket {boundaries[-1]}")
@@ -164,7 +214,10 @@ def bucket_by_length(boundaries: list[int], tokens_per_batch: int) -> Transform:
         return tf.reduce_sum(tf.cast(bounds < pair["length"], tf.int64))
 
     def reduce_fn(key, window):
-        return window.batch(batch_sizes[key]).map(lambda batch: cut(batch, bounds[key]))
+        batches = window.batch(batch_sizes[key])
+        if static:
+            batches = batches.map(lambda batch: fill_rows(batch, batch_sizes[key]))
+        return batches.map(lambda batch: cut(batch, bounds[key]))
 
     return lambda dataset: dataset.group_by_window(
         key_fn, reduce_fn, window_size_func=lambda key: batch_sizes[key])
@@ -190,8 +243,10 @@ def make_dataset(corpus: Corpus | StreamedCorpus, tokenizer: Tokenizer,
         shard = (input_context.input_pipeline_id, input_context.num_input_pipelines)
     name = f"{corpus.name} [{shard[0]}/{shard[1]}]"
     tally = StreamTally(name)
-    boundaries = bucket_boundaries(data_config.max_length, data_config.min_bucket,
-                                   data_config.bucket_step, data_config.bucket_multiple)
+    static = training and data_config.static_batch  # evaluation keeps its batches
+    boundaries = (static_bucket_boundaries(data_config) if static else bucket_boundaries(
+        data_config.max_length, data_config.min_bucket, data_config.bucket_step,
+        data_config.bucket_multiple))
     dataset = from_corpus(corpus, shard, tally)
     if training:
         dataset = dataset.shuffle(data_config.shuffle_buffer, seed=data_config.seed,
@@ -205,7 +260,7 @@ def make_dataset(corpus: Corpus | StreamedCorpus, tokenizer: Tokenizer,
     else:
         dataset = dataset.apply(tokenize(tokenizer, truncate_to=data_config.max_length))
     dataset = dataset.apply(pad_and_unbatch(data_config.max_length))
-    dataset = dataset.apply(bucket_by_length(boundaries, data_config.tokens_per_batch))
+    dataset = dataset.apply(bucket_by_length(boundaries, data_config.tokens_per_batch, static))
     if training:
         dataset = dataset.apply(drop_index())
     options = tf.data.Options()

@@ -28,7 +28,7 @@ from absl import logging
 
 from tf_transformer.config import PAD_ID, Config
 from tf_transformer.model import build_model, flops
-from tf_transformer.training import distribution, losses
+from tf_transformer.training import compiled_step, distribution, losses
 from tf_transformer.training.divergence import DivergenceWatch
 from tf_transformer.training.evaluators import Evaluations, Evaluator
 from tf_transformer.training.input_state import InputCheckpoint
@@ -92,8 +92,9 @@ class Trainer:
                                                   max_to_keep=keep)
         self.inputs = InputCheckpoint(model_dir, self.worker_index, keep)
         # Built once: a new tf.function per trace would compile the XLA cluster again.
-        self._grads_fn = (tf.function(self._grads, jit_compile=True) if train.jit_compile
-                          else self._grads)
+        # (compile_step compiles _replica_step whole, the plain _grads inside it.)
+        self._grads_fn = (tf.function(self._grads, jit_compile=True)
+                          if train.jit_compile and not train.compile_step else self._grads)
         self._step_fn = None
 
     # -- checkpoints ---------------------------------------------------------
@@ -143,7 +144,7 @@ class Trainer:
                 with self.seeds.scope(seed_key):
                     states = self.model.states(inputs, training=True)
             labels = batch["target_out"]
-            if not self.config.train.jit_compile:
+            if not (self.config.train.jit_compile or self.config.train.compile_step):
                 # The output layer and softmax only where there is a target token:
                 # padding would cost a [d_model, vocab] product per position.
                 # (XLA needs static shapes and keeps every position.)
@@ -198,6 +199,8 @@ class Trainer:
         trainer's own, checkpointable) or a distributed one. `flags` [3] float32:
         this worker's SIGNAL, BUDGET, CHECKPOINT_TIME; returned summed over replicas.
         """
+        if self._step_fn is None and self.config.train.compile_step:
+            self._step_fn = compiled_step.CompiledStep(self)
         if self._step_fn is None:
             accum, local = self.config.train.accum_steps, self.local_replicas
 

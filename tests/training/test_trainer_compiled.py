@@ -1,0 +1,144 @@
+"""The compiled step (TrainConfig.compile_step): same numbers as the graph step, one XLA
+compilation per batch shape, and PAD rows that change nothing."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tf_transformer.config import (
+    BOS_ID,
+    EOS_ID,
+    Config,
+    ConfigError,
+    DataConfig,
+    ModelConfig,
+    TrainConfig,
+)
+from tf_transformer.inputs import corpus, pipeline
+from tf_transformer.training.trainer import Trainer
+
+MODEL = ModelConfig(vocab_size=30, num_layers=1, d_model=16, d_ff=32, num_heads=2, dropout=0.0)
+
+
+def _config(data=DataConfig(), **train):
+    return Config(model=MODEL, data=data, train=TrainConfig(
+        **{"warmup_steps": 10, "log_every": 1, "checkpoint_minutes": 1e9, **train}))
+
+
+def _batch(seed, batch, length, pad_rows=0):
+    """Random pairs of lengths 2..length (row 0 full), then `pad_rows` rows of PAD."""
+    rng = np.random.default_rng(seed)
+    out = {k: np.zeros((batch + pad_rows, length), np.int32)
+           for k in ("source", "target_in", "target_out")}
+    for i, n in enumerate([length] + list(rng.integers(2, length + 1, size=batch - 1))):
+        out["source"][i, :n] = rng.integers(4, 30, size=n)
+        words = rng.integers(4, 30, size=n - 1)
+        out["target_in"][i, :n] = [BOS_ID, *words]
+        out["target_out"][i, :n] = [*words, EOS_ID]
+    return out
+
+
+def _trainer(tmp_path, name, **train):
+    return Trainer(_config(**train), str(tmp_path / name), tf.distribute.OneDeviceStrategy("/cpu:0"))
+
+
+def _steps(trainer, batches):
+    """Runs one optimizer step per batch (all of one shape); returns the outputs as floats."""
+    iterator = iter(tf.data.Dataset.from_tensor_slices(
+        {k: np.stack([b[k] for b in batches]) for k in batches[0]}))
+    step = trainer.step_fn()
+    return [{k: float(v) for k, v in step(iterator).items() if k != "flags"} for _ in batches]
+
+
+def _key_bias_free(variable):
+    """A weight without the key biases of attention: softmax is invariant to them, so their
+    true gradient is 0 and Adam turns rounding noise into updates (as in test_trainer.py)."""
+    value, hk = variable.numpy(), MODEL.num_heads * MODEL.key_dim
+    if variable.path.endswith("self_attention/qkv_bias"):
+        value = np.concatenate([value[:hk], value[2 * hk:]])
+    if variable.path.endswith("cross_attention/key_value_bias"):
+        value = value[hk:]
+    return value
+
+
+def _assert_same_weights(a, b, atol):
+    for x, y in zip(a.model.weights, b.model.weights):
+        np.testing.assert_allclose(_key_bias_free(x), _key_bias_free(y), atol=atol,
+                                   err_msg=x.path)
+
+
+def test_compiled_step_equals_the_graph_step(tmp_path):
+    """Loss, gradients and the weights after two Adam steps, to float32 tolerance."""
+    batches = [_batch(1, 4, 9), _batch(2, 4, 9)]
+    graph, compiled = _trainer(tmp_path, "graph"), _trainer(tmp_path, "xla", compile_step=True)
+    # The gradients of the compiled program's first half (every position, pads weighted 0)
+    # against the graph step's (the output layer on non-pad positions only).
+    batch = {k: tf.constant(v) for k, v in batches[0].items()}
+    want = graph._grads(batch)
+    got = tf.function(compiled._grads, jit_compile=True)(batch)
+    np.testing.assert_allclose(float(got[1]), float(want[1]), rtol=1e-6)
+    assert float(got[2]) == float(want[2]) < 4 * 9
+    for g, w in zip(got[0], want[0]):
+        np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=1e-4, atol=1e-6)
+    out_graph, out_compiled = _steps(graph, batches), _steps(compiled, batches)
+    for g, c in zip(out_graph, out_compiled):
+        assert g.keys() == c.keys() and g["target_tokens"] == c["target_tokens"]
+        for key in ("loss", "grad_norm", "flops"):
+            np.testing.assert_allclose(c[key], g[key], rtol=1e-5)
+    assert compiled.step == graph.step == 2
+    _assert_same_weights(graph, compiled, atol=2e-5)
+
+
+@pytest.mark.parametrize("compile_step", [False, True])
+def test_pad_rows_change_neither_the_loss_nor_the_update(tmp_path, compile_step):
+    plain = _trainer(tmp_path, "plain", compile_step=compile_step)
+    padded = _trainer(tmp_path, "padded", compile_step=compile_step)
+    out_plain = _steps(plain, [_batch(3, 5, 8)])
+    out_padded = _steps(padded, [_batch(3, 5, 8, pad_rows=4)])
+    for key in ("loss", "grad_norm", "target_tokens", "source_tokens"):
+        np.testing.assert_allclose(out_padded[0][key], out_plain[0][key], rtol=1e-6)
+    _assert_same_weights(plain, padded, atol=1e-6)
+
+
+def test_static_run_compiles_once_per_batch_shape(tmp_path, embedded_corpus, small_tokenizer):
+    """A training run on static batches: one XLA compilation per shape, however many steps."""
+    data = DataConfig(max_length=24, tokens_per_batch=256, static_batch=True,
+                      static_boundaries=(8, 16), deterministic=True, shuffle_buffer=200)
+    pairs = corpus.Corpus(embedded_corpus.sources[:400], embedded_corpus.targets[:400])
+    batches = list(pipeline.make_dataset(pairs, small_tokenizer, data, training=True)
+                   .take(14).as_numpy_iterator())
+    shapes = {b["source"].shape for b in batches}
+    assert shapes <= {(32, 8), (16, 16), (10, 24)} and len(shapes) >= 2
+    model = ModelConfig(**{**MODEL.__dict__, "vocab_size": small_tokenizer.vocab_size})
+    config = _config(data=data, compile_step=True).replace(model=model)
+    trainer = Trainer(config, str(tmp_path), tf.distribute.OneDeviceStrategy("/cpu:0"))
+
+    def dataset_fn(start_step):
+        return lambda ctx: tf.data.Dataset.from_generator(
+            lambda: iter(batches), output_signature={
+                k: tf.TensorSpec([None, None], tf.int32) for k in batches[0]})
+
+    result = trainer.train(dataset_fn, max_steps=len(batches), log_fn=lambda line: None)
+    assert result.step == len(batches)
+    assert trainer.step_fn().compiles == len(shapes)
+    assert trainer.step_fn().compile_seconds > 0
+
+
+def test_mixed_float16_compiled_step_scales_the_loss(tmp_path):
+    trainer = _trainer(tmp_path, "fp16", compile_step=True, dtype="mixed_float16")
+    graph = _trainer(tmp_path, "fp16_graph", dtype="mixed_float16")
+    batches = [_batch(4, 4, 9)] * 3
+    out, want = _steps(trainer, batches), _steps(graph, batches)
+    # Overflowing steps are skipped and the scale lowered the same way inside XLA.
+    assert trainer.step == graph.step and trainer.loss_scale == graph.loss_scale
+    np.testing.assert_allclose(out[-1]["grad_norm"], want[-1]["grad_norm"], rtol=1e-3)
+    np.testing.assert_allclose([o["loss"] for o in out], [w["loss"] for w in want], rtol=1e-2)
+
+
+def test_compile_step_refuses_two_replicas(tmp_path):
+    mirrored = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    trainer = Trainer(_config(compile_step=True), str(tmp_path), mirrored)
+    with pytest.raises(ConfigError, match="one replica"):
+        trainer.step_fn()
+
+
