@@ -115,11 +115,16 @@ class DataConfig:
     # boundaries below max_length (pipeline.best_boundaries on LibreOffice lengths).
     static_batch: bool = False
     static_boundaries: tuple[int, ...] = (8, 16, 24, 32, 48, 72, 120)
+    # Training pairs packed into [tokens_per_batch // max_length, max_length] rows with
+    # segment and position ids (inputs/packing.py): one static shape, ~5% padding.
+    packing: bool = False
 
     def __post_init__(self):
         object.__setattr__(self, "static_boundaries", tuple(self.static_boundaries))  # JSON list
         if any(b < 1 for b in self.static_boundaries):
             raise ConfigError("static_boundaries must be positive")
+        if self.static_batch and self.packing:
+            raise ConfigError("static_batch and packing are two ways to static shapes: pick one")
         if self.max_length < 2:
             raise ConfigError("max_length must leave room for BOS/EOS")
         if self.tokens_per_batch < self.max_length:

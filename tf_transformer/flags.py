@@ -42,6 +42,7 @@ _DATA_OVERRIDES = {
     "shuffle_buffer": (int, "Pairs in the shuffle buffer."),
     "deterministic": (bool, "Reproducible batch order (slower input)."),
     "static_batch": (bool, "Training batches in a few fixed shapes, short ones filled with PAD rows."),
+    "packing": (bool, "Pack several pairs per fixed-length row (segment ids; one static shape)."),
 }
 _TRAIN_OVERRIDES = {
     "label_smoothing": (float, "epsilon_ls."),

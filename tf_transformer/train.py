@@ -51,7 +51,7 @@ FLAGS = flags.FLAGS
 def main(argv):
     del argv
 
-    from tf_transformer.inputs import corpus, pipeline
+    from tf_transformer.inputs import corpus, packing, pipeline
     from tf_transformer.training import checkpoints, distribution, divergence, selection
     from tf_transformer.training.evaluators import dev_loss_fn
     from tf_transformer.training.trainer import NonFiniteLossError, Trainer
@@ -83,6 +83,8 @@ def main(argv):
         # 0 when the trainer restores the saved input position; otherwise (a
         # checkpoint without one) resuming starts a new, differently seeded pass.
         data = dataclasses.replace(config.data, seed=config.data.seed + start_step)
+        if data.packing:
+            return packing.dataset_fn(train_corpus, tok, data)
         return pipeline.dataset_fn(train_corpus, tok, data, training=True)
 
     unigram = None

@@ -230,3 +230,19 @@ def test_multi_worker_early_stop_stops_every_worker_at_the_same_step(tmp_path, t
     assert done[0].split()[1] == done[1].split()[1]  # step=
     assert os.path.exists(os.path.join(model_dir, "best", "best.json"))
     assert not [d for d in os.listdir(model_dir) if d.startswith(".worker_")]
+
+
+@pytest.mark.parametrize("shape_flags", [["--packing"], ["--static_batch", "--compile_step"]],
+                         ids=["packing", "static_compiled"])
+def test_static_shape_runs_train_through_the_binary(tmp_path, train_tsv, spm_model_path,
+                                                    shape_flags):
+    model_dir = str(tmp_path / "run")
+    result = _run(_command(train_tsv, spm_model_path, model_dir, "--max_steps=4", *shape_flags))
+    assert result.returncode == 0, result.stderr[-3000:]
+    losses = [float(l.split("loss=")[1].split()[0]) for l in result.stdout.splitlines()
+              if l.startswith("step=")]
+    assert len(losses) == 4 and all(0 < loss < 20 for loss in losses)
+    with open(os.path.join(model_dir, "config.json")) as f:
+        data = json.load(f)["data"]
+    assert data["packing"] == ("--packing" in shape_flags)
+    assert data["static_batch"] == ("--static_batch" in shape_flags)
