@@ -8,7 +8,8 @@ FIRST_CACHE_LENGTH; it is padded with filler rows to a power of two. The
 decoder rows computed show that the state did move to smaller capacities.
 """
 
-import keras
+import random
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -25,7 +26,12 @@ ROWS = tf.Variable(0, dtype=tf.int64, trainable=False)  # decoder rows computed
 
 @pytest.fixture(scope="module")
 def model():
-    keras.utils.set_random_seed(0)  # weights whose outputs have the lengths asserted below
+    # Weights whose outputs have the lengths asserted below. Keras draws initializer seeds
+    # from Python's and NumPy's generators; keras.utils.set_random_seed would also call
+    # tf.random.set_seed, which clears the eager kernel cache and with it the SentencePiece
+    # resources of other tests in this process.
+    random.seed(0)
+    np.random.seed(0)
     model = build_model(ModelConfig(vocab_size=VOCAB, num_layers=2, d_model=32, d_ff=64,
                                     num_heads=4, dropout=0.0))
     decode_step = model.decode_step
