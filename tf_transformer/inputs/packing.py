@@ -28,7 +28,7 @@ import tensorflow as tf
 from tf_transformer.config import DataConfig
 from tf_transformer.inputs import pipeline
 from tf_transformer.inputs.corpus import Corpus
-from tf_transformer.inputs.streamed import StreamedCorpus, StreamTally
+from tf_transformer.inputs.streamed import StreamedCorpus
 from tf_transformer.inputs.tokenizer import Tokenizer
 
 AUTOTUNE = tf.data.AUTOTUNE
@@ -153,24 +153,11 @@ def make_dataset(corpus: Corpus | StreamedCorpus, tokenizer: Tokenizer,
                          "the filter keeps would not fit; lower max_length instead")
     if data_config.tokens_per_batch < length:
         raise ValueError(f"tokens_per_batch={data_config.tokens_per_batch} < row length {length}")
-    shard = (0, 1)
-    if input_context is not None:
-        shard = (input_context.input_pipeline_id, input_context.num_input_pipelines)
-    tally = StreamTally(f"{corpus.name} [{shard[0]}/{shard[1]}]")
-    dataset = pipeline.from_corpus(corpus, shard, tally)
-    dataset = dataset.shuffle(data_config.shuffle_buffer, seed=data_config.seed,
-                              reshuffle_each_iteration=True)
-    if repeat:
-        dataset = dataset.repeat()
-    dataset = dataset.apply(pipeline.tokenize(tokenizer))
-    dataset = dataset.apply(pipeline.filter_max_length(data_config.max_length,
-                                                       tally if count_skipped else None))
+    dataset = pipeline.token_pairs(corpus, tokenizer, data_config, training=True, repeat=repeat,
+                                   input_context=input_context, count_skipped=count_skipped)
     dataset = dataset.apply(pack(length, length, chunk_batches))
     dataset = dataset.batch(data_config.tokens_per_batch // length, drop_remainder=repeat)
-    options = tf.data.Options()
-    options.deterministic = data_config.deterministic
-    options.experimental_external_state_policy = tf.data.experimental.ExternalStatePolicy.IGNORE
-    return dataset.with_options(options).prefetch(AUTOTUNE)
+    return pipeline.finish(dataset, data_config.deterministic)
 
 
 def dataset_fn(corpus: Corpus | StreamedCorpus, tokenizer: Tokenizer, data_config: DataConfig,

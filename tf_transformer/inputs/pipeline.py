@@ -227,6 +227,43 @@ def drop_index() -> Transform:
     return lambda dataset: dataset.map(lambda batch: {k: batch[k] for k in KEYS})
 
 
+def token_pairs(corpus: Corpus | StreamedCorpus, tokenizer: Tokenizer, data_config: DataConfig,
+                *, training: bool, repeat: bool,
+                input_context: tf.distribute.InputContext | None = None,
+                count_skipped: bool = True) -> tf.data.Dataset:
+    """This worker's shard as tokenised ragged batches (tokenize's keys).
+
+    Training: shuffled (seeded, reshuffled each epoch) before `repeat`, pairs
+    over max_length dropped (counted and logged as they stream by with
+    `count_skipped`). Evaluation: in order, over-long sides truncated.
+    """
+    shard = (0, 1)
+    if input_context is not None:
+        shard = (input_context.input_pipeline_id, input_context.num_input_pipelines)
+    tally = StreamTally(f"{corpus.name} [{shard[0]}/{shard[1]}]")
+    dataset = from_corpus(corpus, shard, tally)
+    if training:
+        dataset = dataset.shuffle(data_config.shuffle_buffer, seed=data_config.seed,
+                                  reshuffle_each_iteration=True)
+    if repeat:
+        dataset = dataset.repeat()
+    if not training:
+        return dataset.apply(tokenize(tokenizer, truncate_to=data_config.max_length))
+    dataset = dataset.apply(tokenize(tokenizer))
+    return dataset.apply(filter_max_length(data_config.max_length,
+                                           tally if count_skipped else None))
+
+
+def finish(dataset: tf.data.Dataset, deterministic: bool) -> tf.data.Dataset:
+    """Options and prefetch shared by every batched pipeline."""
+    options = tf.data.Options()
+    options.deterministic = deterministic
+    # The skip counters (py_function) are the only external state: an iterator
+    # checkpoint leaves them out, and they restart from zero after a restore.
+    options.experimental_external_state_policy = tf.data.experimental.ExternalStatePolicy.IGNORE
+    return dataset.with_options(options).prefetch(AUTOTUNE)
+
+
 def make_dataset(corpus: Corpus | StreamedCorpus, tokenizer: Tokenizer,
                  data_config: DataConfig, *, training: bool,
                  input_context: tf.distribute.InputContext | None = None,
@@ -238,37 +275,17 @@ def make_dataset(corpus: Corpus | StreamedCorpus, tokenizer: Tokenizer,
     as they stream by, the training pairs dropped as over `max_length`.
     """
     repeat = training if repeat is None else repeat
-    shard = (0, 1)
-    if input_context is not None:
-        shard = (input_context.input_pipeline_id, input_context.num_input_pipelines)
-    name = f"{corpus.name} [{shard[0]}/{shard[1]}]"
-    tally = StreamTally(name)
     static = training and data_config.static_batch  # evaluation keeps its batches
     boundaries = (static_bucket_boundaries(data_config) if static else bucket_boundaries(
         data_config.max_length, data_config.min_bucket, data_config.bucket_step,
         data_config.bucket_multiple))
-    dataset = from_corpus(corpus, shard, tally)
-    if training:
-        dataset = dataset.shuffle(data_config.shuffle_buffer, seed=data_config.seed,
-                                  reshuffle_each_iteration=True)
-    if repeat:
-        dataset = dataset.repeat()
-    if training:
-        dataset = dataset.apply(tokenize(tokenizer))
-        dataset = dataset.apply(filter_max_length(data_config.max_length,
-                                                  tally if count_skipped else None))
-    else:
-        dataset = dataset.apply(tokenize(tokenizer, truncate_to=data_config.max_length))
+    dataset = token_pairs(corpus, tokenizer, data_config, training=training, repeat=repeat,
+                          input_context=input_context, count_skipped=count_skipped)
     dataset = dataset.apply(pad_and_unbatch(data_config.max_length))
     dataset = dataset.apply(bucket_by_length(boundaries, data_config.tokens_per_batch, static))
     if training:
         dataset = dataset.apply(drop_index())
-    options = tf.data.Options()
-    options.deterministic = data_config.deterministic or not training
-    # The skip counters (py_function) are the only external state: an iterator
-    # checkpoint leaves them out, and they restart from zero after a restore.
-    options.experimental_external_state_policy = tf.data.experimental.ExternalStatePolicy.IGNORE
-    return dataset.with_options(options).prefetch(AUTOTUNE)
+    return finish(dataset, data_config.deterministic or not training)
 
 
 def dataset_fn(corpus: Corpus | StreamedCorpus, tokenizer: Tokenizer, data_config: DataConfig,
