@@ -104,7 +104,7 @@ def sweep_one(name, flags, args, train, dev, extra) -> dict:
             "loss": steps[-1][1] if steps else "-", "minutes": (time.time() - start) / 60,
             "dev_bleu": float(bleu.group(1)) if bleu else float("nan"),
             "dev_chrf": float(bleu.group(2)) if bleu else float("nan"),
-            "diverged": "diverged" in log}
+            "diverged": "warning: diverged?" in log}
 
 
 def main(argv=None):
