@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 
 from tf_transformer.config import BOS_ID, ModelConfig
-from tf_transformer.model import build_model, cache
+from tf_transformer.model import build_model, cache, masks
 from tf_transformer.model.cache import DecoderCache, FixedCache, GrowingCache
 
 TINY = ModelConfig(vocab_size=40, num_layers=2, d_model=32, d_ff=64, num_heads=4, dropout=0.0)
@@ -116,8 +116,12 @@ def test_beams_share_memory_and_reorder_self_attention():
     _, state = model.decode_step(target, tf.constant(0), state)
     tiled = state.tile(3)
     assert isinstance(tiled, DecoderCache)
-    for before, after in zip(tf.nest.flatten(state), tf.nest.flatten(tiled)):
+    for before, after in zip(tf.nest.flatten(state.self_attention),
+                             tf.nest.flatten(tiled.self_attention)):
         np.testing.assert_array_equal(after.numpy(), np.repeat(before.numpy(), 3, axis=0))
+    # The memory keeps one row per sentence: never tiled.
+    assert tiled.memory_keys[0] is state.memory_keys[0]
+    assert tiled.memory_bias is state.memory_bias
     rows = tf.constant([5, 5, 4, 0, 1, 2])
     reordered = tiled.reorder(rows)
     for before, after in zip(tf.nest.flatten(tiled.self_attention),
@@ -137,5 +141,26 @@ def test_compact_gathers_every_part_and_may_drop_rows():
     tiled = state.tile(2)
     rows = tf.constant([3, 2])  # the second sentence's beams, swapped; the first dropped
     compacted = tiled.compact(rows)
-    for before, after in zip(tf.nest.flatten(tiled), tf.nest.flatten(compacted)):
+    for before, after in zip(tf.nest.flatten(tiled.self_attention),
+                             tf.nest.flatten(compacted.self_attention)):
         np.testing.assert_array_equal(after.numpy(), before.numpy()[rows.numpy()])
+    shared = (tiled.memory_keys, tiled.memory_values, tiled.memory_bias)
+    kept = (compacted.memory_keys, compacted.memory_values, compacted.memory_bias)
+    for before, after in zip(tf.nest.flatten(shared), tf.nest.flatten(kept)):
+        np.testing.assert_array_equal(after.numpy(), before.numpy()[[1]])
+
+
+def test_a_beam_folded_into_the_query_axis_attends_like_tiled_memory():
+    """CrossAttention.step with one memory row per sentence and `group` query rows per
+    sentence gives what the same queries give against a memory tiled to every row."""
+    model = build_model(TINY)
+    source, _ = _batch()
+    layer = model.decoder.layers[0].cross_attention
+    keys, values = layer.project_memory(model.encode(source))
+    bias = masks.attention_bias(masks.padding_mask(source))
+    group = 3
+    x = tf.random.stateless_normal([source.shape[0] * group, 1, TINY.d_model], seed=[1, 2])
+    folded = layer.step(x, keys, values, bias)
+    tiled = layer.step(x, *(tf.repeat(t, group, axis=0) for t in (keys, values, bias)))
+    assert folded.shape == tiled.shape == x.shape
+    np.testing.assert_allclose(folded.numpy(), tiled.numpy(), rtol=1e-5, atol=1e-5)

@@ -14,8 +14,10 @@ between two loops (a short first buffer serves outputs that stop early).
 `DecoderCache` is the model's whole cache. It follows beam_search's cache
 protocol (`tile`, `reorder`, `compact`): the self-attention caches follow their
 beams, while the projected encoder memory and its bias, the same for every beam
-of a sentence, are tiled once and never reordered; they are gathered only by
-`compact`, when finished sentences leave the batch (decoding/live_rows.py).
+of a sentence, keep one row per sentence: never tiled, never reordered (cross
+attention folds a sentence's beam into its query axis, so each step reads the
+memory once per sentence, not once per hypothesis); `compact` gathers their
+sentences when finished ones leave the batch (decoding/live_rows.py).
 All classes are NamedTuples, so the cache is a nest that tf.while_loop and
 XLA carry as it is.
 """
@@ -100,12 +102,14 @@ def tile_rows(t: tf.Tensor, beam: int) -> tf.Tensor:
 
 
 class DecoderCache(NamedTuple):
-    """The model's decoding cache; every tensor's first dimension is the batch.
+    """The model's decoding cache.
 
-    self_attention: layer i's SelfAttentionCache, reordered with the beams.
+    self_attention: layer i's SelfAttentionCache, [rows, ...], reordered with
+      the beams (rows = sentences * beam once tiled).
     memory_keys, memory_values: layer i's projected encoder memory,
-      [batch, h, S, d_k] and [batch, h, S, d_v]: the same for every beam.
-    memory_bias: [batch, 1, 1, S] source padding bias: the same for every beam.
+      [sentences, h, S, d_k] and [sentences, h, S, d_v]: one row per sentence,
+      shared by its beam (CrossAttention.step).
+    memory_bias: [sentences, 1, 1, S] source padding bias.
     """
 
     self_attention: tuple
@@ -114,18 +118,27 @@ class DecoderCache(NamedTuple):
     memory_bias: tf.Tensor
 
     def tile(self, beam: int) -> "DecoderCache":
-        """Every row repeated `beam` times (beam_search's cache protocol)."""
-        return tf.nest.map_structure(lambda t: tile_rows(t, beam), self)
+        """Self-attention rows repeated `beam` times (beam_search's cache protocol);
+        the memory stays one row per sentence."""
+        return self._replace(self_attention=tf.nest.map_structure(
+            lambda t: tile_rows(t, beam), self.self_attention))
 
     def reorder(self, rows: tf.Tensor) -> "DecoderCache":
-        """Self-attention rows gathered to `rows` [batch]; memory untouched."""
+        """Self-attention rows gathered to `rows` [rows]; memory untouched."""
         self_attention = tf.nest.map_structure(lambda t: tf.gather(t, rows), self.self_attention)
         return self._replace(self_attention=self_attention)
 
     def compact(self, rows: tf.Tensor) -> "DecoderCache":
-        """Every row, memory included, gathered to `rows` [n * beam]: a reorder that
-        also drops the rows of finished sentences (n sentences stay)."""
-        return tf.nest.map_structure(lambda t: tf.gather(t, rows), self)
+        """A reorder that may drop sentences: rows int32 [n * beam], each run of
+        `beam` rows one sentence's (old row = sentence * beam + slot); the
+        memory follows the n sentences."""
+        beam = tf.shape(self.self_attention[0].keys)[0] // tf.shape(self.memory_bias)[0]
+        sentences = tf.reshape(rows, [-1, beam])[:, 0] // beam
+        memory = tf.nest.map_structure(
+            lambda t: tf.gather(t, sentences),
+            (self.memory_keys, self.memory_values, self.memory_bias))
+        return self.reorder(rows)._replace(memory_keys=memory[0], memory_values=memory[1],
+                                           memory_bias=memory[2])
 
     def padded(self, length) -> "DecoderCache":
         """Every FixedCache moved to a buffer of `length` positions."""

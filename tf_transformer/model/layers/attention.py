@@ -149,6 +149,18 @@ class CrossAttention(_Attention):
         return self.step(x, *self.project_memory(memory), bias, training)
 
     def step(self, x, memory_keys, memory_values, bias, training=None):
-        """Attention of x [batch, T, d_model] over memory projected by `project_memory`."""
+        """Attention of x [rows, T, d_model] over memory projected by `project_memory`,
+        [batch, h, S, d]; bias [batch, 1, 1|T, S].
+
+        rows may be batch * group, a sentence's `group` consecutive rows (its
+        beam hypotheses in decoding) sharing its memory row: they are folded
+        into one query axis of group * T, so each sentence's keys and values
+        are read once, in one [group * T, S] product instead of group [T, S]
+        ones, and the memory is never tiled.
+        """
+        rows, length = tf.shape(x)[0], tf.shape(x)[1]
+        batch = tf.shape(memory_keys)[0]
+        x = tf.reshape(x, [batch, -1, self.d_model])  # [batch, group * T, d_model]
         q = self.split_heads(linear(x, self.query_kernel, self.query_bias), self.d_k)
-        return self.attend(q, memory_keys, memory_values, bias, training)
+        out = self.attend(q, memory_keys, memory_values, bias, training)
+        return tf.reshape(out, [rows, length, self.d_model])
