@@ -49,7 +49,8 @@ and, after every step, its rows follow their hypotheses' parents. A plain nest
 (dicts, lists, tensors) is tiled and reordered whole. An object with
 `tile(beam)` and `reorder(rows)` (the `BeamCache` protocol; model/cache.py's
 DecoderCache) does both itself, so what every beam shares (encoder memory) is
-gathered only by `compact`, when finished sentences leave (live_rows.py). A
+never tiled and gathered only by `compact`, when finished sentences leave
+(live_rows.py). A
 cache may change shape between two `advance` calls (XLA: a short buffer first,
 padded if decoding goes on); within one it keeps its shapes under XLA, and in
 graph mode may grow by a position per step.
@@ -64,6 +65,7 @@ import tensorflow as tf
 from tf_transformer.config import BOS_ID, EOS_ID, PAD_ID
 from tf_transformer.decoding import live_rows
 from tf_transformer.decoding.live_rows import BeamCache  # noqa: F401 (the protocol)
+from tf_transformer.decoding.top_k import chunked_top_k
 
 # A BeamCache, or nested dicts/lists of tensors whose first dimension is the batch.
 Cache = Any
@@ -297,7 +299,8 @@ def _grow_alive(config: _Config, state: BeamState):
     never = tf.logical_or(tf.range(vocab) == PAD_ID, tf.range(vocab) == config.bos_id)
     log_probs = tf.where(never, _NEG_INF, tf.reshape(log_probs, [-1, beam, vocab]))
     candidates = state.alive_log_probs[:, :, tf.newaxis] + log_probs  # [batch, beam, vocab]
-    top_log_probs, top_index = tf.math.top_k(tf.reshape(candidates, [-1, beam * vocab]), k=beam)
+    # tf.math.top_k's result, ties included, without sorting beam * vocab candidates.
+    top_log_probs, top_index = chunked_top_k(tf.reshape(candidates, [-1, beam * vocab]), beam)
     parents = top_index // vocab
     tokens = top_index % vocab
     ids = state.alive_ids
