@@ -15,6 +15,7 @@ import math
 import keras
 import tensorflow as tf
 
+from tf_transformer.model import shapes
 from tf_transformer.model.cache import SelfAttentionCache
 from tf_transformer.model.layers.linear import linear
 
@@ -66,8 +67,7 @@ class _Attention(keras.layers.Layer):
 
     def split_heads(self, x, depth):
         """[batch, length, h*depth] -> [batch, h, length, depth]."""
-        batch, length = tf.shape(x)[0], tf.shape(x)[1]
-        x = tf.reshape(x, [batch, length, self.num_heads, depth])
+        x = tf.reshape(x, shapes.dims(x, 2) + [self.num_heads, depth])
         return tf.transpose(x, [0, 2, 1, 3])
 
     def attention_weights(self, q, k, bias):
@@ -76,13 +76,14 @@ class _Attention(keras.layers.Layer):
         logits = tf.matmul(q, k, transpose_b=True)
         return tf.nn.softmax(tf.cast(logits, tf.float32) + tf.cast(bias, tf.float32))
 
-    def attend(self, q, k, v, bias, training=None):
-        """q [b, h, T, d_k], k [b, h, S, d_k], v [b, h, S, d_v] -> [b, T, d_model]."""
+    def attend(self, q, k, v, bias, training=None, rows=None):
+        """q [b, h, T, d_k], k [b, h, S, d_k], v [b, h, S, d_v] -> [b, T, d_model], or
+        to the leading dimensions `rows` when the query axis folds several rows
+        (CrossAttention.step)."""
         weights = self.weights_dropout(self.attention_weights(q, k, bias), training=training)
         heads = tf.matmul(tf.cast(weights, v.dtype), v)  # [batch, h, T, d_v]
-        batch, length = tf.shape(heads)[0], tf.shape(heads)[2]
-        heads = tf.reshape(tf.transpose(heads, [0, 2, 1, 3]),
-                           [batch, length, self.num_heads * self.d_v])
+        heads = tf.transpose(heads, [0, 2, 1, 3])  # [batch, T, h, d_v]
+        heads = tf.reshape(heads, (rows or shapes.dims(heads, 2)) + [self.num_heads * self.d_v])
         return linear(heads, self.output_kernel, self.output_bias)
 
     def get_config(self):
@@ -145,22 +146,22 @@ class CrossAttention(_Attention):
         return self.split_heads(k, self.d_k), self.split_heads(v, self.d_v)
 
     def call(self, x, memory, bias, training=None):
-        """x [batch, T, d_model], memory [batch, S, d_model], bias [batch, 1, 1, S]."""
-        return self.step(x, *self.project_memory(memory), bias, training)
-
-    def step(self, x, memory_keys, memory_values, bias, training=None):
-        """Attention of x [rows, T, d_model] over memory projected by `project_memory`,
-        [batch, h, S, d]; bias [batch, 1, 1|T, S].
-
-        rows may be batch * group, a sentence's `group` consecutive rows (its
-        beam hypotheses in decoding) sharing its memory row: they are folded
-        into one query axis of group * T, so each sentence's keys and values
-        are read once, in one [group * T, S] product instead of group [T, S]
-        ones, and the memory is never tiled.
-        """
-        rows, length = tf.shape(x)[0], tf.shape(x)[1]
-        batch = tf.shape(memory_keys)[0]
-        x = tf.reshape(x, [batch, -1, self.d_model])  # [batch, group * T, d_model]
+        """x [batch, T, d_model], memory [batch, S, d_model], bias [batch, 1, 1|T, S]."""
         q = self.split_heads(linear(x, self.query_kernel, self.query_bias), self.d_k)
-        out = self.attend(q, memory_keys, memory_values, bias, training)
-        return tf.reshape(out, [rows, length, self.d_model])
+        return self.attend(q, *self.project_memory(memory), bias, training)
+
+    def step(self, x, memory_keys, memory_values, bias):
+        """Decoding: x [rows, T, d_model] over memory projected by `project_memory`,
+        [batch, h, S, d]; bias [batch, 1, 1, S]. Returns [rows, T, d_model].
+
+        rows = batch * group: a sentence's `group` consecutive rows (its beam
+        hypotheses) share its memory row and are folded into one query axis of
+        group * T, so each sentence's keys and values are read once, in one
+        [group * T, S] product instead of group [T, S] ones, and the memory is
+        never tiled.
+        """
+        batch = memory_keys.shape[0]
+        batch = tf.shape(memory_keys)[0] if batch is None else batch
+        q = linear(x, self.query_kernel, self.query_bias)
+        q = tf.transpose(tf.reshape(q, [batch, -1, self.num_heads, self.d_k]), [0, 2, 1, 3])
+        return self.attend(q, memory_keys, memory_values, bias, rows=shapes.dims(x, 2))

@@ -11,6 +11,8 @@ import keras
 import keras_hub
 import tensorflow as tf
 
+from tf_transformer.model import shapes
+
 
 @keras.saving.register_keras_serializable(package="tf_transformer")
 class LearnedPositions(keras.layers.Layer):
@@ -101,10 +103,8 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         reversible layer's broadcasting matmul of an explicitly transposed copy.
         """
         table = tf.cast(self.token_embedding.embeddings, x.dtype)
-        shape = tf.shape(x)
         logits = tf.matmul(tf.reshape(x, [-1, self.d_model]), table, transpose_b=True)
-        return tf.cast(tf.reshape(logits, tf.concat([shape[:-1], [self.vocab_size]], 0)),
-                       tf.float32)
+        return tf.cast(tf.reshape(logits, shapes.dims(x, -1) + [self.vocab_size]), tf.float32)
 
     def get_config(self):
         config = super().get_config()

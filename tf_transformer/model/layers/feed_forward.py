@@ -34,7 +34,7 @@ class FeedForward(keras.layers.Layer):
 
     def call(self, x):
         """[batch, length, d_model] -> [batch, length, d_model]."""
-        hidden = tf.nn.relu(linear(x, self.inner_kernel, self.inner_bias))
+        hidden = linear(x, self.inner_kernel, self.inner_bias, activation=tf.nn.relu)
         return linear(hidden, self.outer_kernel, self.outer_bias)
 
     def get_config(self):
