@@ -1,7 +1,7 @@
 """One change measured alone: a benchmark alternated between two revisions.
 
   python -m bench.ab --base=HEAD~1 [--head=WORKTREE] --figure=tokens_per_sec \
-      [--match='preset=small'] [--rounds=3] -- python -m bench.train_throughput ...
+      [--match='preset=small'] [--key=beam,batch] [--rounds=3] -- python -m bench.train_throughput ...
 
 Checks `--base` out into a temporary worktree (the working tree itself is the
 head, uncommitted changes included, unless --head names another checkout) and
@@ -31,6 +31,9 @@ def parse_args(argv=None):
     parser.add_argument("--head", default=REPO, help="Checkout under test (default: this one).")
     parser.add_argument("--figure", required=True, help="Name of the `name=value` to compare.")
     parser.add_argument("--match", default="", help="Only output lines containing this.")
+    parser.add_argument("--key", default="",
+                        help="Comma list of the fields naming a setting (beam,batch); default: "
+                             "the non-numeric `name=value` fields and bare words.")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- then the benchmark.")
     args = parser.parse_args(argv)
@@ -40,15 +43,21 @@ def parse_args(argv=None):
     return args
 
 
-def figures(output: str, figure: str, match: str) -> dict[str, float]:
-    """{line key: value}: the key is the line without its `name=value` figures
-    that vary (numbers), so the same setting matches across runs."""
+def figures(output: str, figure: str, match: str, key_fields: str = "") -> dict[str, float]:
+    """{line key: value}: the key names the line's setting, so the same setting
+    matches across runs: the `key_fields` given, else the line without its
+    numeric `name=value` fields."""
     found = {}
     pattern = re.compile(rf"(?:^|\s){re.escape(figure)}=([-\d.eE+]+)")
+    names = [k for k in key_fields.split(",") if k]
     for line in output.splitlines():
         value = pattern.search(line)
         if value and match in line:
-            key = " ".join(w for w in line.split() if not re.fullmatch(r"[\w.]+=[-\d.eE+]+", w))
+            words = line.split()
+            if names:
+                key = " ".join(w for w in words if w.split("=", 1)[0] in names)
+            else:
+                key = " ".join(w for w in words if not re.fullmatch(r"[\w.]+=[-\d.eE+]+", w))
             found[key or figure] = float(value.group(1))
     return found
 
@@ -76,7 +85,7 @@ def main(argv=None):
         for round_ in range(args.rounds):
             for side, checkout in (("base", base), ("head", args.head)):
                 for key, value in figures(run(checkout, args.command), args.figure,
-                                          args.match).items():
+                                          args.match, args.key).items():
                     results[side].setdefault(key, []).append(value)
                     print(f"ab_round round={round_} side={side} {args.figure}={value:g} | {key}",
                           flush=True)
