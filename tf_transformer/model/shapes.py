@@ -16,11 +16,9 @@ import tensorflow as tf
 
 def dims(x: tf.Tensor, count: int | None = None) -> list:
     """x's first `count` dimensions (all by default) as a reshape target's head."""
-    shape = x.shape[:count] if count is not None else x.shape
-    static = shape.as_list() if shape.rank is not None else None
-    if static is None:
-        dynamic = tf.shape(x)
-        return [dynamic[i] for i in range(count)] if count is not None else [dynamic]
+    if x.shape.rank is None:
+        raise ValueError("shapes.dims needs a tensor of known rank")
+    static = (x.shape[:count] if count is not None else x.shape).as_list()
     unknown = [i for i, d in enumerate(static) if d is None]
     if len(unknown) == 1 and all(d for d in static if d is not None):
         return [-1 if d is None else d for d in static]
