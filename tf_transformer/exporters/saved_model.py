@@ -114,17 +114,19 @@ class ServingModule(tf.Module):
         return {"text": self.translator.tokenizer.detokenize(ids)}
 
     def signatures(self) -> dict:
+        """The signatures as tf.functions, not concrete functions: `tf.saved_model.save`
+        traces them inside its save context, where the module's own functions are
+        retraced too, so both share one trace of each search (concrete functions
+        traced before the save were a second copy of every search in the graph)."""
         return {
-            "serving_default": self.serve.get_concrete_function(),
-            "translate": self.translate.get_concrete_function(),
-            "translate_nbest": tf.function(
-                lambda text: self.translate_nbest(text),
-                input_signature=[signatures.TEXT]).get_concrete_function(),
-            "translate_ids": tf.function(
-                lambda source_ids: self.translate_ids(source_ids),
-                input_signature=[signatures.IDS]).get_concrete_function(),
-            "tokenize": self.tokenize.get_concrete_function(),
-            "detokenize": self.detokenize.get_concrete_function(),
+            "serving_default": self.serve,
+            "translate": self.translate,
+            "translate_nbest": tf.function(lambda text: self.translate_nbest(text),
+                                           input_signature=[signatures.TEXT]),
+            "translate_ids": tf.function(lambda source_ids: self.translate_ids(source_ids),
+                                         input_signature=[signatures.IDS]),
+            "tokenize": self.tokenize,
+            "detokenize": self.detokenize,
         }
 
 
