@@ -121,9 +121,11 @@ def xla_op_times(logdir: str) -> dict[str, float]:
     return totals
 
 
-# name -> (DataConfig.static_batch, TrainConfig.jit_compile, TrainConfig.compile_step)
-MODES = {"bucketed": (False, False, False), "bucketed_xla": (False, True, False),
-         "static": (True, False, False), "static_step": (True, False, True)}
+# name -> (DataConfig.static_batch, DataConfig.packing, TrainConfig.jit_compile,
+#          TrainConfig.compile_step)
+MODES = {"bucketed": (False, False, False, False), "bucketed_xla": (False, False, True, False),
+         "static": (True, False, False, False), "static_step": (True, False, False, True),
+         "packed": (False, True, False, False), "packed_step": (False, True, False, True)}
 
 
 def corpus_trainer(preset, mode, corpus_dir, vocab_path, tokens_per_batch, work_dir):
@@ -135,19 +137,26 @@ def corpus_trainer(preset, mode, corpus_dir, vocab_path, tokens_per_batch, work_
     import tensorflow as tf
 
     from tf_transformer import presets
-    from tf_transformer.inputs import corpus, pipeline, tokenizer
+    from tf_transformer.inputs import corpus, packing, pipeline, tokenizer
     from tf_transformer.training.trainer import Trainer
 
-    static, jit, whole = MODES[mode]
+    static, packed, jit, whole = MODES[mode]
     tok = tokenizer.Tokenizer(vocab_path)
     config = presets.get_preset(preset, tok.vocab_size)
     config = config.replace(
-        data=dataclasses.replace(config.data, static_batch=static, tokens_per_batch=tokens_per_batch),
+        data=dataclasses.replace(config.data, static_batch=static, packing=packed,
+                                 tokens_per_batch=tokens_per_batch),
         train=dataclasses.replace(config.train, jit_compile=jit, compile_step=whole,
                                   log_every=10 ** 9))
     pairs = corpus.read_tsv(os.path.join(corpus_dir, "train.tsv"))
-    numpy_batches = pipeline.make_dataset(pairs, tok, config.data, training=True,
-                                          count_skipped=False).as_numpy_iterator()
+    if packed:
+        dataset = packing.make_dataset(pairs, tok, config.data, count_skipped=False)
+        keys = packing.PACKED_KEYS
+    else:
+        dataset = pipeline.make_dataset(pairs, tok, config.data, training=True,
+                                        count_skipped=False)
+        keys = pipeline.KEYS
+    numpy_batches = dataset.as_numpy_iterator()
     shapes = []
 
     def generate():
@@ -155,7 +164,7 @@ def corpus_trainer(preset, mode, corpus_dir, vocab_path, tokens_per_batch, work_
             shapes.append(batch["source"].shape)
             yield batch
 
-    spec = {k: tf.TensorSpec([None, None], tf.int32) for k in pipeline.KEYS}
+    spec = {k: tf.TensorSpec([None, None], tf.int32) for k in keys}
     iterator = iter(tf.data.Dataset.from_generator(generate, output_signature=spec))
     trainer = Trainer(config, os.path.join(work_dir, mode), tf.distribute.OneDeviceStrategy("/cpu:0"))
     return trainer, iterator, shapes, set()

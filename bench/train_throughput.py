@@ -15,7 +15,8 @@ real token; the step is the trainer's own distributed step function.
       [--modes=bucketed,static_step] [--rounds=2] [--seconds=300]
 
 Times the modes (timing.MODES: bucketed graph step, bucketed with --jit_compile,
-static batches, static batches with the whole step compiled) on DIR/train.tsv
+static batches, static batches with the whole step compiled, packed rows, packed
+rows with the whole step compiled) on DIR/train.tsv
 (8000-piece vocabulary, or --vocab), alternating them --rounds times, --seconds
 each, compilations included: real (non-pad) tokens per second, the same without
 the steps that met a new batch shape, MFU of the padded shapes, XLA compilations

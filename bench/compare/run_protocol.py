@@ -50,7 +50,8 @@ def parse_args():
     parser.add_argument("--work_dir", default=os.path.join(REPO, "bench", "out", "compare"))
     parser.add_argument("--plot", default=os.path.join(REPO, "bench", "compare_learning_curves.png"))
     parser.add_argument("--vocab_size", type=int, default=8000)
-    parser.add_argument("--skip", default="", help="Comma list of: opennmt,ours,ctranslate2.")
+    parser.add_argument("--skip", default="", help="Comma list of: opennmt,ours,ctranslate2,decode (decode: training "
+                             "and test BLEU only, no export or decoding benchmark).")
     parser.add_argument("--reuse_training", action="store_true",
                         help="Skip training: reuse WORK_DIR/training.json and the model dirs of an "
                              "earlier run (to re-measure decoding after a change).")
@@ -325,7 +326,8 @@ def main():
             common = r["tokens_per_sec"] * results["common_tokens"][name]
             r["mfu"] = common / (s + t + 1) * flops_per_pair / peak
     test_bleu(args, work, d, results)
-    decode_all(args, work, d, results)
+    if "decode" not in skip:
+        decode_all(args, work, d, results)
     plot(results, args.plot)
     report(results)
     with open(os.path.join(work, "figures.json"), "w") as f:
