@@ -40,8 +40,10 @@ class StepUnderTest:
     batch: str
 
 
-def make_step(preset, dtype, xla, length, tokens_per_batch, vocab_size) -> StepUnderTest:
-    """The trainer's own step on a fixed [B, length] batch without padding, warmed up."""
+def make_step(preset, dtype, xla, length, tokens_per_batch, vocab_size,
+              compile_step=False) -> StepUnderTest:
+    """The trainer's own step on a fixed [B, length] batch without padding, warmed up
+    (`compile_step`: the whole step as one XLA program, TrainConfig.compile_step)."""
     import numpy as np
     import tensorflow as tf
 
@@ -51,7 +53,8 @@ def make_step(preset, dtype, xla, length, tokens_per_batch, vocab_size) -> StepU
 
     config = presets.get_preset(preset, vocab_size)
     config = config.replace(train=dataclasses.replace(
-        config.train, dtype=dtype, jit_compile=xla, log_every=10 ** 9))
+        config.train, dtype=dtype, jit_compile=xla, compile_step=compile_step,
+        log_every=10 ** 9))
     strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
     trainer = Trainer(config, f"/tmp/bench_train_{preset}", strategy)
     batch_size = tokens_per_batch // length

@@ -58,7 +58,7 @@ def report(results):
     line("train_peak_rss_mb", ours.get("peak_rss_mb"), onmt.get("peak_rss_mb"))
     print(f"test_bleu: ours={ours.get('test_bleu')} opennmt={onmt.get('test_bleu')} "
           f"difference={(ours.get('test_bleu') or 0) - (onmt.get('test_bleu') or 0):.2f}")
-    for ours_name in ("ours_savedmodel_xla", "ours_savedmodel"):
+    for ours_name in ("ours_savedmodel_xla", "ours_savedmodel") if dec else ():  # --skip=decode
         ours_d = dec.get(ours_name) or {}
         if ours_d.get("xla_compiled_shapes"):
             print(f"decode {ours_name} warm-up: {ours_d['xla_compiled_shapes']} shapes compiled "
