@@ -58,6 +58,11 @@ def report(results):
     line("train_peak_rss_mb", ours.get("peak_rss_mb"), onmt.get("peak_rss_mb"))
     print(f"test_bleu: ours={ours.get('test_bleu')} opennmt={onmt.get('test_bleu')} "
           f"difference={(ours.get('test_bleu') or 0) - (onmt.get('test_bleu') or 0):.2f}")
+    for peer in ("ctranslate2_float32", "ctranslate2_int8"):
+        p = dec.get(peer) or {}
+        if p.get("backend"):
+            print(f"decode {peer} backend={p['backend']} (the faster; others: "
+                  f"{p.get('other_backends')})")
     for ours_name in ("ours_savedmodel_xla", "ours_savedmodel") if dec else ():  # --skip=decode
         ours_d = dec.get(ours_name) or {}
         if ours_d.get("xla_compiled_shapes"):
