@@ -27,17 +27,24 @@ def _full(model, source, target):
 
 
 @pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("overrides", [{}, {"pre_norm": True}, {"positions": "learned"},
-                                       {"d_k": 8, "d_v": 12}, {"transpose_output": False}])
+@pytest.mark.parametrize("overrides", [
+    {}, {"pre_norm": True}, {"positions": "learned"}, {"d_k": 8, "d_v": 12},
+    {"transpose_output": False}, {"table_positions": 9},
+    {"table_positions": 9, "positions": "learned"}])
 def test_cached_decoding_equals_full_pass(overrides, kind):
     """Also with the output table read through transpose_b (XLA's search) instead of
-    transposed once per search."""
+    transposed once per search, and with the position vectors made once per search
+    (`table_positions`, graph mode) instead of at each step."""
     overrides = dict(overrides)
     transpose_output = overrides.pop("transpose_output", True)
+    table_positions = overrides.pop("table_positions", 0)
     model = build_model(TINY.__class__(**{**TINY.__dict__, **overrides}))
     source, target = _batch()
-    state = model.initial_cache(model.encode(source), source, KINDS[kind](8), transpose_output)
+    state = model.initial_cache(model.encode(source), source, KINDS[kind](8), transpose_output,
+                                positions=tf.constant(table_positions) if table_positions else 0)
     assert (state.output_table.shape == (32, 40)) if transpose_output else state.output_table == ()
+    if table_positions:
+        assert state.position_table.shape == (9, 32)
     steps = []
     for step in range(8):
         logits, state = model.decode_step(target, tf.constant(step), state)

@@ -124,8 +124,9 @@ class Translator(tf.Module):
         if self.jit_compile:
             return self._compiled(source_ids, alpha, extra_length, nbest)
         source_ids = tf.convert_to_tensor(source_ids, tf.int32)
-        cache = self.model.initial_cache(self.model.encode(source_ids, training=False), source_ids)
         search = self.beam_search(source_ids, alpha, extra_length, nbest)
+        cache = self.model.initial_cache(self.model.encode(source_ids, training=False), source_ids,
+                                         positions=search.max_decode_length)
         return search.finish(search.advance(search.start(cache)))
 
     def beam_search(self, source_ids, alpha, extra_length, nbest: int,

@@ -116,6 +116,10 @@ class DecoderCache(NamedTuple):
       transpose_output; an empty nest, not a placeholder tensor: a constant in
       the loop state broke XLA's conversion of the capacity stages' tf.cond);
       never tiled, reordered or compacted.
+    position_table: [P, d_model] float32, the position vectors of decoding
+      positions 0..P-1, made once per search (graph mode: a step then reads
+      its row instead of computing sinusoids), or () where each step makes its
+      own (XLA, where they fuse); never tiled, reordered or compacted.
     """
 
     self_attention: tuple
@@ -123,6 +127,7 @@ class DecoderCache(NamedTuple):
     memory_values: tuple
     memory_bias: tf.Tensor
     output_table: tf.Tensor | tuple
+    position_table: tf.Tensor | tuple = ()
 
     def tile(self, beam: int) -> "DecoderCache":
         """Self-attention rows repeated `beam` times (beam_search's cache protocol);

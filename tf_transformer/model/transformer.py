@@ -7,7 +7,7 @@ Entry points, each with one return type:
   logits(states)                         -> float32 logits [..., vocab]
   encode(source)                         -> memory [batch, S, d_model]
   decode_states(target_in, memory, src)  -> decoder states [batch, T, d_model]
-  initial_cache(memory, source, empty, transpose_output) -> DecoderCache (model/cache.py)
+  initial_cache(memory, source, empty, transpose_output, positions) -> DecoderCache (cache.py)
   decode_step(ids, step, cache)          -> (float32 logits [batch, vocab], DecoderCache)
 `decode_step` is the `symbols_to_logits_fn` contract of decoding/beam_search.py;
 the trainer uses `states` + `logits` to project non-pad positions only.
@@ -135,7 +135,7 @@ class Transformer(keras.Model):
 
     # -- incremental decoding ------------------------------------------------
     def initial_cache(self, memory, source, empty: caches.EmptyCache = caches.growing(),
-                      transpose_output: bool = True) -> DecoderCache:
+                      transpose_output: bool = True, positions=0) -> DecoderCache:
         """The decoding cache of a batch: memory [batch, S, d_model], source [batch, S] ids.
 
         Memory keys/values are projected here, once per sentence. `empty` makes
@@ -145,7 +145,10 @@ class Transformer(keras.Model):
         `transpose_output` the output table is transposed here, once, for a
         plain GEMM per step (TensorFlow's kernels); without, each step's GEMM
         reads the table with transpose_b (XLA's dot is faster that way:
-        BUILD.md, "Decoding").
+        BUILD.md, "Decoding"). `positions` > 0 (an int or an int32 scalar, at
+        most max_positions): the position vectors of decoding steps
+        0..positions-1 are made here, once, and a step reads its row (graph
+        mode; 0: each step makes its own, which XLA fuses).
         """
         batch = tf.shape(memory)[0]
         self_caches, keys, values = [], [], []
@@ -156,7 +159,11 @@ class Transformer(keras.Model):
             self_caches.append(empty(batch, self.num_heads, self.d_k, self.d_v, memory.dtype))
         bias = masks.attention_bias(masks.padding_mask(source))
         table = self.target_embedding.output_table(memory.dtype) if transpose_output else ()
-        return DecoderCache(tuple(self_caches), tuple(keys), tuple(values), bias, table)
+        position_table = ()
+        if not isinstance(positions, int) or positions > 0:
+            position_table = self.target_embedding.position_table(positions)
+        return DecoderCache(tuple(self_caches), tuple(keys), tuple(values), bias, table,
+                            position_table)
 
     def decode_step(self, ids, step, cache: DecoderCache):
         """Logits for the token after ids[:, step], reading earlier positions from `cache`.
@@ -169,7 +176,10 @@ class Transformer(keras.Model):
           (float32 logits [batch, vocab], the cache with position `step` written).
         """
         token = ids[:, step][:, tf.newaxis]
-        x = self.target_embedding(token, start_index=step)
+        vectors = None
+        if not isinstance(cache.position_table, tuple):
+            vectors = cache.position_table[step][tf.newaxis]  # [1, d_model]
+        x = self.target_embedding(token, start_index=step, position_vectors=vectors)
         y, self_caches = self.decoder.step(x, step, cache)
         table = None if isinstance(cache.output_table, tuple) else cache.output_table
         logits = self.target_embedding.logits(y[:, 0], table)

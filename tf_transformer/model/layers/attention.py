@@ -66,7 +66,13 @@ class _Attention(keras.layers.Layer):
         self.built = True
 
     def split_heads(self, x, depth):
-        """[batch, length, h*depth] -> [batch, h, length, depth]."""
+        """[batch, length, h*depth] -> [batch, h, length, depth].
+
+        A decoding step's single position (length 1, static) needs no transpose:
+        the reshape alone puts the heads first.
+        """
+        if x.shape[1] == 1:
+            return tf.reshape(x, shapes.dims(x, 1) + [self.num_heads, 1, depth])
         x = tf.reshape(x, shapes.dims(x, 2) + [self.num_heads, depth])
         return tf.transpose(x, [0, 2, 1, 3])
 
@@ -82,6 +88,9 @@ class _Attention(keras.layers.Layer):
         (CrossAttention.step)."""
         weights = self.weights_dropout(self.attention_weights(q, k, bias), training=training)
         heads = tf.matmul(tf.cast(weights, v.dtype), v)  # [batch, h, T, d_v]
+        if heads.shape[2] == 1 and rows is None:  # one query (a decoding step): a reshape
+            heads = tf.reshape(heads, shapes.dims(heads, 1) + [1, self.num_heads * self.d_v])
+            return linear(heads, self.output_kernel, self.output_bias)
         heads = tf.transpose(heads, [0, 2, 1, 3])  # [batch, T, h, d_v]
         heads = tf.reshape(heads, (rows or shapes.dims(heads, 2)) + [self.num_heads * self.d_v])
         return linear(heads, self.output_kernel, self.output_bias)

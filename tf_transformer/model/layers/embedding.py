@@ -81,16 +81,21 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         return self.position_encoding(tf.convert_to_tensor(length, tf.int32),
                                       start_index=start_index)
 
-    def call(self, ids, start_index=0, position_ids=None, training=None):
+    def call(self, ids, start_index=0, position_ids=None, position_vectors=None,
+             training=None):
         """[batch, length] int ids -> [batch, length, d_model] in the compute dtype.
 
         `position_ids` [batch, length] (packed rows: restarting at 0 per pair,
         each < length) pick each token's position vector; without them token
-        t has position start_index + t.
+        t has position start_index + t. `position_vectors` [length, d_model]
+        are those vectors already made (a decoding step reads its row of a table
+        made once per search: `position_table`), so none is computed here.
         """
         x = self.token_embedding(ids)
         x = x * tf.cast(self.d_model ** 0.5, x.dtype)
-        table = self.position_table(tf.shape(ids)[1], start_index)
+        table = position_vectors
+        if table is None:
+            table = self.position_table(tf.shape(ids)[1], start_index)
         if position_ids is not None:
             table = tf.gather(table, position_ids)  # [batch, length, d_model]
         x = x + tf.cast(table, x.dtype)
