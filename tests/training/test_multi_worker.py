@@ -45,7 +45,9 @@ def test_time_budget_ends_both_workers_with_one_checkpoint(tmp_path, train_tsv):
                                     "--vocab_size=300")
     step, done, outputs = _finish(processes)
     assert "training a 300-piece vocabulary" in outputs[0]
-    assert "training a" not in outputs[1] and "waiting for" in outputs[1]
+    # The other worker never trains one: it waits for the chief's file, or (when it starts
+    # after the chief has written it, as under a loaded machine) finds it there.
+    assert "-piece vocabulary" not in outputs[1]
     assert all("stopped_by=max_minutes" in d for d in done)
     assert tf.train.latest_checkpoint(model_dir).endswith(f"ckpt-{step}")
     assert not [d for d in os.listdir(model_dir) if d.startswith(".worker_")]
