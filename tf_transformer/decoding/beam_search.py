@@ -44,8 +44,10 @@ With a static buffer (XLA) the batch instead rides at full size until
 `advance` ends, the loop ending with the slowest sentence; xla_search.py then
 moves the live ones to a smaller static capacity (live_rows.pack).
 
-The cache. `initial_cache` is tiled from [batch, ...] to [batch * beam, ...]
-and, after every step, its rows follow their hypotheses' parents. A plain nest
+The cache. The first step (`start`) runs the model on `initial_cache` as it is,
+one row per sentence, since only slot 0 is alive then; its result is tiled from
+[batch, ...] to [batch * beam, ...] and, after every later step, its rows follow
+their hypotheses' parents. A plain nest
 (dicts, lists, tensors) is tiled and reordered whole. An object with
 `tile(beam)` and `reorder(rows)` (the `BeamCache` protocol; model/cache.py's
 DecoderCache) does both itself, so what every beam shares (encoder memory) is
@@ -178,17 +180,19 @@ class BeamSearch:
                               tf.cast(alpha, tf.float32), max_lengths, eos_id, bos_id, nbest)
 
     def start(self, initial_cache: Cache) -> BeamState:
-        """One alive hypothesis (BOS) per sentence, other slots dead; the cache tiled."""
+        """The state after the first step: before it, one alive hypothesis (BOS) per
+        sentence and the other slots dead, so that step runs the model on one row
+        per sentence (not `beam` copies of BOS) and tiles the cache after it."""
         beam, batch, width = self.config.beam_size, self.batch_size, self.max_decode_length + 1
         row = tf.where(tf.range(width) == 0, self.config.bos_id, PAD_ID)  # [width]
         alive_ids = tf.broadcast_to(row, tf.stack([batch, beam, width]))
         # Only slot 0 is live, so the first step does not grow k copies of BOS.
         first = tf.constant([0.0] + [_NEG_INF] * (beam - 1))
-        return BeamState(
+        state = BeamState(
             step=tf.constant(0, tf.int32),
             alive_ids=alive_ids,
             alive_log_probs=tf.tile(first[tf.newaxis], tf.stack([batch, 1])),
-            alive_cache=live_rows.tile(initial_cache, beam),
+            alive_cache=initial_cache if beam > 1 else live_rows.tile(initial_cache, beam),
             finished_ids=tf.fill(tf.shape(alive_ids), PAD_ID),
             finished_scores=tf.fill(tf.stack([batch, beam]), _NEG_INF),
             finished_lengths=tf.zeros(tf.stack([batch, beam]), tf.int32),
@@ -196,6 +200,10 @@ class BeamSearch:
             max_lengths=self.config.max_lengths,
             sentence=tf.range(batch),
             results=live_rows.empty_results(batch, self.config.nbest, width))
+        if beam == 1:  # the untiled cache is already one row per hypothesis
+            return state
+        return _search_step(self.config, state, self.shrink and live_rows.can_compact(
+            initial_cache), first=True)
 
     def advance(self, state: BeamState, until=None, live_above: int | None = None) -> BeamState:
         """Steps until every sentence is done, `step` reaches `until` (default:
@@ -253,10 +261,16 @@ def _shape_invariants(state: BeamState) -> BeamState:
     return invariants._replace(alive_cache=free_cache)
 
 
-def _search_step(config: _Config, state: BeamState, shrink: bool) -> BeamState:
+def _search_step(config: _Config, state: BeamState, shrink: bool,
+                 first: bool = False) -> BeamState:
     """One step: grow alive, new alive, new finished, the stopping rule, then the
-    cache rows follow their parents (and, with `shrink`, done sentences leave)."""
-    log_probs, ids, parents, tokens, cache = _grow_alive(config, state)
+    cache rows follow their parents (and, with `shrink`, done sentences leave).
+
+    `first`: the cache holds one row per sentence (only slot 0 is alive), the
+    model runs on those rows and the cache is tiled to the beam afterwards; every
+    copy is its parent's, so no reorder is needed but for done sentences leaving.
+    """
+    log_probs, ids, parents, tokens, cache = _grow_alive(config, state, first)
     # Extensions that end here: by EOS, or forced at the sentence's max length.
     ends = tf.logical_or(tokens == config.eos_id,
                          (state.step + 1 >= state.max_lengths)[:, tf.newaxis])
@@ -274,6 +288,9 @@ def _search_step(config: _Config, state: BeamState, shrink: bool) -> BeamState:
                            finished_lengths=finished_lengths, done=done)
     beam = config.beam_size
     rows = tf.reshape(parents + tf.range(tf.shape(parents)[0])[:, tf.newaxis] * beam, [-1])
+    if first:
+        state = state._replace(alive_cache=live_rows.tile(cache, beam))
+        return live_rows.drop_done(state, rows, beam, reorder_rows=False) if shrink else state
     if shrink:
         return live_rows.drop_done(state, rows, beam)
     if beam == 1:  # the parent of slot 0 is always slot 0
@@ -281,8 +298,10 @@ def _search_step(config: _Config, state: BeamState, shrink: bool) -> BeamState:
     return state._replace(alive_cache=live_rows.reorder(cache, rows))
 
 
-def _grow_alive(config: _Config, state: BeamState):
-    """The k most probable one-token extensions of the alive hypotheses.
+def _grow_alive(config: _Config, state: BeamState, first: bool = False):
+    """The k most probable one-token extensions of the alive hypotheses (`first`:
+    of slot 0's only, the model run on one row per sentence; the other slots'
+    candidates are -inf, as their log-probs).
 
     Returns:
       log_probs float32 [batch, beam]: of the whole extended hypothesis.
@@ -292,9 +311,13 @@ def _grow_alive(config: _Config, state: BeamState):
     """
     beam, vocab = config.beam_size, config.vocab_size
     width = tf.shape(state.alive_ids)[2]
-    flat_ids = tf.reshape(state.alive_ids, tf.stack([-1, width]))
+    flat_ids = (state.alive_ids[:, 0] if first
+                else tf.reshape(state.alive_ids, tf.stack([-1, width])))
     logits, cache = config.symbols_to_logits_fn(flat_ids, state.step, state.alive_cache)
     log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32))
+    if first:  # slots 1..k-1 are dead: their extensions are -inf
+        dead = tf.fill(tf.stack([tf.shape(log_probs)[0], beam - 1, vocab]), _NEG_INF)
+        log_probs = tf.concat([log_probs[:, tf.newaxis], dead], axis=1)
     # PAD marks the end of the buffer and BOS its start: never generate them.
     never = tf.logical_or(tf.range(vocab) == PAD_ID, tf.range(vocab) == config.bos_id)
     log_probs = tf.where(never, _NEG_INF, tf.reshape(log_probs, [-1, beam, vocab]))

@@ -113,10 +113,13 @@ def _take(state: BeamState, keep: tf.Tensor, cache_rows: tf.Tensor) -> BeamState
                           alive_cache=compact(state.alive_cache, cache_rows), **taken)
 
 
-def drop_done(state: BeamState, rows: tf.Tensor, beam: int) -> BeamState:
+def drop_done(state: BeamState, rows: tf.Tensor, beam: int,
+              reorder_rows: bool = True) -> BeamState:
     """Graph mode, after a step: the beam reorder of the cache (row i <- rows[i],
     rows int32 [rows * beam], the parents), and, if some sentence is done, the
-    done sentences dropped within that same gather."""
+    done sentences dropped within that same gather. `reorder_rows=False`: the rows
+    already follow their parents (the first step's tiled cache); only dropping
+    gathers."""
     live = tf.logical_not(state.done)
 
     def shrink():
@@ -125,7 +128,7 @@ def drop_done(state: BeamState, rows: tf.Tensor, beam: int) -> BeamState:
         return _take(state, keep, cache_rows)
 
     def keep_all():
-        if beam == 1:  # the parent of slot 0 is always slot 0
+        if beam == 1 or not reorder_rows:  # the parent of slot 0 is always slot 0
             return state
         return state._replace(alive_cache=reorder(state.alive_cache, rows))
 
