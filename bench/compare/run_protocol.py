@@ -126,11 +126,20 @@ def prepare_data(args, work):
 
 
 # -- training ----------------------------------------------------------------
-def train_opennmt(args, work, d):
-    model_dir = os.path.join(work, "opennmt")
-    run_yml = os.path.join(work, "opennmt_run.yml")
+def train_opennmt(args, work, d, name="opennmt", schedule=None):
+    """OpenNMT-tf's run of the protocol; `schedule` (opennmt_schedule) changes its
+    learning-rate schedule and norm position, as the dev-split sweep does."""
+    schedule = schedule or {}
+    model_dir = os.path.join(work, name)
+    run_yml = os.path.join(work, f"{name}_run.yml")
+    params = {}
+    if "learning_rate_scale" in schedule:
+        params["learning_rate"] = schedule["learning_rate_scale"]
+    if "warmup_steps" in schedule:
+        params["decay_params"] = {"model_dim": 256, "warmup_steps": schedule["warmup_steps"]}
     with open(run_yml, "w") as f:
         json.dump({"model_dir": model_dir, "train": {"save_summary_steps": _log_every(args)},
+                   **({"params": params} if params else {}),
                    "data": {
             "train_features_file": os.path.join(d["data"], "train.en.sp"),
             "train_labels_file": os.path.join(d["data"], "train.de.sp"),
@@ -139,19 +148,24 @@ def train_opennmt(args, work, d):
             "source_vocabulary": d["onmt_vocab"], "target_vocabulary": d["onmt_vocab"]}}, f)
     base = ["--model", os.path.join(HERE, "opennmt_model.py"),
             "--config", os.path.join(HERE, "opennmt_small_cpu.yml"), run_yml]
+    env = {"OPENNMT_PRE_NORM": "1" if schedule.get("pre_norm") else "0"}
     lines, rss, _ = run_logged([os.path.join(ONMT_VENV, "python"), os.path.join(HERE, "opennmt_train.py"),
                                 str(args.minutes), "--log_level", "INFO"] + base + ["train"],
-                               os.path.join(work, "opennmt_train.log"))
-    steps = [(t, float(m.group(2)), float(m.group(3)), float(m.group(1))) for t, l in lines for m in
-             [re.search(r"Step = \d+ ; steps/s = ([\d.]+), tokens/s = (\d+) .*Loss = ([\d.]+)", l)]
-             if m]
+                               os.path.join(work, f"{name}_train.log"), env=env)
+    return {"base_args": base, "env": env, "model_dir": model_dir, "peak_rss_mb": rss,
+            **parse_opennmt_train(lines), "counts": "source pieces (no EOS) + target pieces + EOS"}
+
+
+def parse_opennmt_train(lines) -> dict:
+    """OpenNMT-tf's training log, (seconds, line) pairs -> throughput and learning curves."""
+    steps = [(t, float(m.group(2)), float(m.group(1)), float(m.group(3))) for t, l in lines
+             for m in [re.search(r"Step = \d+ ; steps/s = ([\d.]+), tokens/s = (\d+) .*"
+                                 r"Loss = ([\d.]+)", l)] if m]  # (t, tokens/s, steps/s, loss)
     dev = [(t, float(m.group(1))) for t, l in lines for m in
            [re.search(r"Evaluation result for step \d+: loss = ([\d.]+)", l)] if m]
-    return {"base_args": base, "model_dir": model_dir, "peak_rss_mb": rss,
-            "tokens_per_sec": steady(x[1] for x in steps),
-            "tokens_per_step": steady(x[1] / x[3] for x in steps if x[3]),
-            "curve_train": [(t, x[2]) for t, *x in steps], "curve_dev": dev,
-            "counts": "source pieces (no EOS) + target pieces + EOS"}
+    return {"tokens_per_sec": steady(tokens for _, tokens, _, _ in steps),
+            "tokens_per_step": steady(tokens / rate for _, tokens, rate, _ in steps if rate),
+            "curve_train": [(t, loss) for t, _, _, loss in steps], "curve_dev": dev}
 
 
 def train_ours(args, work, d):
@@ -163,16 +177,35 @@ def train_ours(args, work, d):
          f"--train_data={os.path.join(args.corpus_dir, 'train.tsv')}",
          "--dev_data="] + args.ours_flags.split(),
         os.path.join(work, "ours_train.log"))
-    steps = [(t, float(m.group(2)), float(m.group(1)), float(m.group(3))) for t, l in lines
+    return {"model_dir": model_dir, "peak_rss_mb": rss, **parse_ours_train(lines),
+            "counts": "source pieces + EOS + target pieces + EOS"}
+
+
+def parse_ours_train(lines) -> dict:
+    """Our trainer's log, (seconds, line) pairs -> throughput and learning curves."""
+    steps = [(t, float(m.group(2)), float(m.group(3)), float(m.group(1))) for t, l in lines
              for m in [re.search(r"^step=\d+ loss=([\d.]+) .*tokens_per_sec=(\d+) .*"
-                                 r"ms_per_step=([\d.]+)", l)] if m]
+                                 r"ms_per_step=([\d.]+)", l)] if m]  # (t, tokens/s, ms, loss)
     dev = [(t, float(m.group(1))) for t, l in lines for m in
            [re.search(r"^eval step=\d+ dev_loss=([\d.]+)", l)] if m]
-    return {"model_dir": model_dir, "peak_rss_mb": rss,
-            "tokens_per_sec": steady(x[1] for x in steps),
-            "tokens_per_step": steady(x[1] * x[3] / 1000 for x in steps),
-            "curve_train": [(t, x[2]) for t, *x in steps], "curve_dev": dev,
-            "counts": "source pieces + EOS + target pieces + EOS"}
+    return {"tokens_per_sec": steady(tokens for _, tokens, _, _ in steps),
+            "tokens_per_step": steady(tokens * ms / 1000 for _, tokens, ms, _ in steps),
+            "curve_train": [(t, loss) for t, _, _, loss in steps], "curve_dev": dev}
+
+
+def read_logged(log_path):
+    """A run_logged log back as (seconds, line) pairs (to re-read a finished run)."""
+    with open(log_path, encoding="utf-8", errors="replace") as f:
+        return [(float(head), rest.rstrip("\n")) for head, _, rest in
+                (line.lstrip().partition(" ") for line in f) if _is_number(head)]
+
+
+def _is_number(text) -> bool:
+    try:
+        float(text)
+        return True
+    except ValueError:
+        return False
 
 
 def _log_every(args) -> int:
@@ -250,7 +283,7 @@ def decode_all(args, work, d, results):
         export_dir = os.path.join(work, "export_opennmt")
         run_logged([os.path.join(ONMT_VENV, "onmt-main")] + results["opennmt"]["base_args"]
                    + ["export", "--output_dir", export_dir, "--export_format", "saved_model"],
-                   os.path.join(work, "opennmt_export.log"))
+                   os.path.join(work, "opennmt_export.log"), env=results["opennmt"].get("env"))
         results["decode"]["opennmt_savedmodel"] = finish(decode(
             os.path.join(ONMT_VENV, "python"), "opennmt", export_dir, pieces_file, work,
             "opennmt", args), True)
@@ -287,7 +320,7 @@ def test_bleu(args, work, d, results):
         start = time.time()
         run_logged([os.path.join(ONMT_VENV, "onmt-main")] + results["opennmt"]["base_args"]
                    + ["infer", "--features_file", sources, "--predictions_file", predictions],
-                   os.path.join(work, "opennmt_infer.log"))
+                   os.path.join(work, "opennmt_infer.log"), env=results["opennmt"].get("env"))
         with open(predictions, encoding="utf-8") as f:
             texts = [d["sp"].decode(line.split()) for line in f]
         results["opennmt"]["test_bleu"] = bleu(texts, refs)

@@ -1,0 +1,37 @@
+"""The side-by-side harness reads both trainers' logs: each field from its own place."""
+
+from bench.compare import run_protocol
+
+ONMT = [
+    "2026-11-25 20:25:49.168000: I runner.py:310] Step = 25 ; steps/s = 0.94, tokens/s = 6563 "
+    "(3060 source, 3503 target) ; Learning rate = 0.000006 ; Loss = 8.941279",
+    "2026-11-25 20:26:15.916000: I runner.py:310] Step = 50 ; steps/s = 0.50, tokens/s = 6000 "
+    "(3000 source, 3000 target) ; Learning rate = 0.000013 ; Loss = 8.821073",
+    "2026-11-25 20:27:00.000000: I runner.py:310] Evaluation result for step 50: loss = 7.5 ; ",
+]
+OURS = [
+    "step=25 loss=8.22737 lr=2.031e-04 tokens_per_sec=5177 tokens_per_sec_per_replica=5177 "
+    "ms_per_step=1335.2 grad_norm=0.930 skipped_steps=0 model_tflops=0.1413",
+    "step=50 loss=7.17289 lr=3.984e-04 tokens_per_sec=6000 tokens_per_sec_per_replica=6000 "
+    "ms_per_step=1000.0 grad_norm=0.759 skipped_steps=0 model_tflops=0.1806",
+    "eval step=50 dev_loss=6.25 dev_bleu=1.5",
+]
+
+
+def test_opennmt_log():
+    got = run_protocol.parse_opennmt_train(list(zip((43.0, 69.7, 90.0), ONMT)))
+    assert got["curve_train"] == [(43.0, 8.941279), (69.7, 8.821073)]
+    assert got["curve_dev"] == [(90.0, 7.5)]
+    assert got["tokens_per_sec"] == 6000  # the windows after the first
+    assert got["tokens_per_step"] == 12000  # tokens/s over steps/s
+
+
+def test_our_log_and_its_timestamped_copy(tmp_path):
+    lines = list(zip((39.1, 65.4, 80.0), OURS))
+    got = run_protocol.parse_ours_train(lines)
+    assert got["curve_train"] == [(39.1, 8.22737), (65.4, 7.17289)]
+    assert got["curve_dev"] == [(80.0, 6.25)]
+    assert got["tokens_per_sec"] == 6000 and got["tokens_per_step"] == 6000
+    log = tmp_path / "ours_train.log"
+    log.write_text("".join(f"{t:9.1f} {line}\n" for t, line in lines) + "no time here\n")
+    assert run_protocol.read_logged(str(log)) == lines
