@@ -12,6 +12,14 @@ Variants check a winner's robustness on the same corpus: `reverse` (DE->EN),
 `half` (the first half of the training pairs), `vocab4k` and `vocab16k`.
 Prints one `sweep ...` line per setting and a Markdown table at the end; every
 run's logs stay in --work_dir.
+
+  python -m bench.schedule_sweep --system=opennmt --settings=bench/sweeps/opennmt_small_cpu.txt
+
+runs the same sweep for OpenNMT-tf (the side-by-side peer, bench/compare/; its venv from
+setup_peers.sh): each setting's `--warmup_steps=`, `--learning_rate_scale=` (the Noam
+scale) and `--pre_norm` change the protocol's configuration (run_protocol.train_opennmt),
+on the protocol's pieces and vocabulary; its own `onmt-main infer` translates the same
+dev pairs, scored here the same way.
 """
 
 from __future__ import annotations
@@ -34,6 +42,8 @@ def parse_args(argv=None):
     parser.add_argument("--minutes", type=float, default=25.0)
     parser.add_argument("--corpus_dir",
                         default=os.path.join(REPO, "..", "shared", "corpora", "libreoffice-help.en-de"))
+    parser.add_argument("--system", choices=("tf_transformer", "opennmt"),
+                        default="tf_transformer")
     parser.add_argument("--variant", choices=VARIANTS, default="none")
     parser.add_argument("--dev_sentences", type=int, default=500)
     parser.add_argument("--only", default="", help="Comma list of setting names to run.")
@@ -107,16 +117,86 @@ def sweep_one(name, flags, args, train, dev, extra) -> dict:
             "diverged": "warning: diverged?" in log}
 
 
+def opennmt_schedule(flags: list[str]) -> dict:
+    """An OpenNMT-tf setting's flags -> run_protocol.train_opennmt's schedule."""
+    schedule = {}
+    for flag in flags:
+        name, _, value = flag.lstrip("-").partition("=")
+        if name == "warmup_steps":
+            schedule[name] = int(value)
+        elif name == "learning_rate_scale":
+            schedule[name] = float(value)
+        elif name == "pre_norm":
+            schedule[name] = True
+        else:
+            raise ValueError(f"OpenNMT-tf settings take --warmup_steps, --learning_rate_scale "
+                             f"and --pre_norm, not {flag}")
+    return schedule
+
+
+def sweep_one_opennmt(name, flags, args, data) -> dict:
+    """One OpenNMT-tf setting: the protocol's training with this schedule, then its own
+    decoder on the first --dev_sentences dev pairs (beam 4, alpha 0.6), scored here."""
+    import sacrebleu
+
+    from bench.compare import run_protocol
+
+    start = time.time()
+    protocol = argparse.Namespace(minutes=args.minutes)
+    result = run_protocol.train_opennmt(protocol, args.work_dir, data, name=name,
+                                        schedule=opennmt_schedule(flags))
+    with open(os.path.join(data["data"], "dev.en.sp"), encoding="utf-8") as f:
+        sources = f.readlines()[:args.dev_sentences]
+    features = os.path.join(args.work_dir, "dev_subset.en.sp")
+    with open(features, "w", encoding="utf-8") as f:
+        f.writelines(sources)
+    predictions = os.path.join(args.work_dir, f"{name}_dev.pred.sp")
+    run_protocol.run_logged([os.path.join(run_protocol.ONMT_VENV, "onmt-main")]
+                            + result["base_args"] + ["infer", "--features_file", features,
+                                                     "--predictions_file", predictions],
+                            os.path.join(args.work_dir, f"{name}_dev.log"),
+                            env=result["env"])
+    with open(predictions, encoding="utf-8") as f:
+        hypotheses = [data["sp"].decode(line.split()) for line in f]
+    references = data["dev_targets"][:len(hypotheses)]
+    with open(os.path.join(args.work_dir, f"{name}_train.log"), encoding="utf-8") as f:
+        steps = re.findall(r"Step = (\d+) ;", f.read())
+    curve = result["curve_train"]
+    return {"name": name, "flags": " ".join(flags), "steps": int(steps[-1]) if steps else 0,
+            "loss": f"{curve[-1][1]:.2f}" if curve else "-",
+            "minutes": (time.time() - start) / 60,
+            "dev_bleu": sacrebleu.corpus_bleu(hypotheses, [references]).score,
+            "dev_chrf": sacrebleu.corpus_chrf(hypotheses, [references]).score,
+            "diverged": False}
+
+
+def opennmt_data(args) -> dict:
+    """The protocol's pieces, vocabularies and dev references (run_protocol.prepare_data)."""
+    from bench.compare import run_protocol
+    from tf_transformer.inputs import corpus
+
+    protocol = argparse.Namespace(corpus_dir=args.corpus_dir, vocab_size=8000, test_sentences=0)
+    data = run_protocol.prepare_data(protocol, args.work_dir)
+    data["dev_targets"] = corpus.read_tsv(os.path.join(args.corpus_dir, "dev.tsv")).targets
+    return data
+
+
 def main(argv=None):
     args = parse_args(argv)
     os.makedirs(args.work_dir, exist_ok=True)
+    if args.system == "opennmt" and args.variant != "none":
+        raise SystemExit("--system=opennmt sweeps the protocol's corpus only (--variant=none)")
     train, dev, extra = variant_data(args.corpus_dir, args.variant, args.work_dir)
+    data = opennmt_data(args) if args.system == "opennmt" else None
     only = set(filter(None, args.only.split(",")))
     rows = []
     for name, flags in read_settings(args.settings):
         if only and name not in only:
             continue
-        row = sweep_one(name, flags, args, train, dev, extra)
+        if data is not None:
+            row = sweep_one_opennmt(name, flags, args, data)
+        else:
+            row = sweep_one(name, flags, args, train, dev, extra)
         rows.append(row)
         print("sweep variant={variant} name={name} steps={steps} loss={loss} dev_bleu={dev_bleu:.2f} "
               "dev_chrf={dev_chrf:.2f} diverged={diverged} minutes={minutes:.1f}".format(

@@ -4,7 +4,8 @@ The catalog's Transformer classes fix base/big sizes and pre-norm; this is the
 protocol's architecture, built as close to tf_transformer's `small` preset as
 OpenNMT-tf allows:
   3 + 3 layers, d_model 256, 4 heads, d_ff 1024, ReLU;
-  post-norm (pre_norm=False), the paper's and our default (OpenNMT-tf defaults to pre-norm);
+  post-norm (pre_norm=False), the paper's (OpenNMT-tf defaults to pre-norm), unless
+  OPENNMT_PRE_NORM=1 (the schedule sweep's pre-norm settings);
   dropout 0.1 on sub-layer outputs and embeddings; attention_dropout and ffn_dropout
   0.0: the paper has neither and tf_transformer applies neither;
   one embedding matrix for source, target and the pre-softmax projection
@@ -14,10 +15,14 @@ OpenNMT-tf allows:
   a permutation of the same features, no difference to what the model can learn).
 """
 
+import os
+
 import opennmt
 
 
 def model():
+    # The dev-split schedule sweep (bench/schedule_sweep.py --system=opennmt) also tries
+    # pre-norm: run_protocol.train_opennmt sets OPENNMT_PRE_NORM for its runs.
     return opennmt.models.Transformer(
         source_inputter=opennmt.inputters.WordEmbedder(embedding_size=256),
         target_inputter=opennmt.inputters.WordEmbedder(embedding_size=256),
@@ -29,6 +34,6 @@ def model():
         attention_dropout=0.0,
         ffn_dropout=0.0,
         share_embeddings=opennmt.models.EmbeddingsSharingLevel.ALL,
-        pre_norm=False,
+        pre_norm=os.environ.get("OPENNMT_PRE_NORM", "0") == "1",
         output_layer_bias=False,
     )
