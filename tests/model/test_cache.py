@@ -10,7 +10,8 @@ from tf_transformer.model import build_model, cache, masks
 from tf_transformer.model.cache import DecoderCache, FixedCache, GrowingCache
 
 TINY = ModelConfig(vocab_size=40, num_layers=2, d_model=32, d_ff=64, num_heads=4, dropout=0.0)
-KINDS = {"growing": lambda length: cache.growing(), "fixed": cache.fixed}
+KINDS = {"growing": lambda length: cache.growing(), "chunked": lambda length: cache.chunked(),
+         "fixed": cache.fixed}
 
 
 def _batch(batch=2, s=7, t=8):
@@ -49,7 +50,24 @@ def test_cached_decoding_equals_full_pass(overrides, kind):
     for step in range(8):
         logits, state = model.decode_step(target, tf.constant(step), state)
         steps.append(logits.numpy())
-    assert state.self_attention[0].keys.shape[2] == 8  # grown to, or fixed at, 8 positions
+    # grown to, or fixed at, 8 positions; a chunked cache to its first chunk
+    assert state.self_attention[0].keys.shape[2] == (16 if kind == "chunked" else 8)
+    np.testing.assert_allclose(np.stack(steps, 1), _full(model, source, target), atol=1e-5)
+
+
+def test_a_chunked_cache_grows_by_chunks(monkeypatch):
+    """Over several chunks (3 positions each here): written in place, the unwritten
+    columns masked, every step equal to the full pass."""
+    monkeypatch.setattr(cache.ChunkedCache, "CHUNK", 3)
+    model = build_model(TINY)
+    source, target = _batch()
+    state = model.initial_cache(model.encode(source), source, cache.chunked())
+    steps, lengths = [], []
+    for step in range(8):
+        logits, state = model.decode_step(target, tf.constant(step), state)
+        steps.append(logits.numpy())
+        lengths.append(int(state.self_attention[0].keys.shape[2]))
+    assert lengths == [3, 3, 3, 6, 6, 6, 9, 9]
     np.testing.assert_allclose(np.stack(steps, 1), _full(model, source, target), atol=1e-5)
 
 
@@ -80,8 +98,10 @@ def _loop_decoder(model, kind, jit):
     return tf.function(run, jit_compile=jit)
 
 
-@pytest.mark.parametrize("jit", [False, True], ids=["while_loop", "jit_compile"])
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind,jit", [
+    ("growing", False), ("growing", True), ("chunked", False), ("fixed", False), ("fixed", True)],
+    ids=["growing-while_loop", "growing-jit_compile", "chunked-while_loop",
+         "fixed-while_loop", "fixed-jit_compile"])  # chunks change shape: graph mode only
 def test_cache_equals_full_pass_compiled(kind, jit):
     model = build_model(TINY)
     source, target = _batch()

@@ -7,6 +7,11 @@ questions, so `SelfAttention.step` and `Transformer.decode_step` need no mode:
   bias(step)        -> the additive float32 bias the query at `step` attends with.
 `GrowingCache` appends (L = positions so far): every step copies, reorders and
 attends over only what was decoded, the cheap choice in graph mode.
+`ChunkedCache` (graph mode's default) keeps a buffer that grows by CHUNK
+positions when full: a step writes its column in place and attends over at
+most CHUNK - 1 masked columns, and the attention products take one shape per
+chunk instead of one per step (oneDNN builds and keeps a kernel per shape:
+BUILD.md, "Decoding").
 `FixedCache` scatters into a buffer of static length L and masks later
 positions: the shapes XLA needs; `padded(L')` moves it to a longer buffer
 between two loops (a short first buffer serves outputs that stop early).
@@ -46,6 +51,42 @@ class GrowingCache(NamedTuple):
         return 0.0
 
 
+def _scatter(buffer: tf.Tensor, column: tf.Tensor, step) -> tf.Tensor:
+    """buffer [batch, h, L, d] with column [batch, h, 1, d] written at position `step`.
+
+    A scatter, not a select or a concat: XLA updates the buffer in place, and so
+    does TensorFlow's kernel when the buffer has no other reader.
+    """
+    batch, heads = tf.shape(column)[0], tf.shape(column)[1]
+    rows, head = tf.meshgrid(tf.range(batch), tf.range(heads), indexing="ij")
+    index = tf.stack([rows, head, tf.fill(tf.shape(rows), step)], axis=-1)
+    return tf.tensor_scatter_nd_update(buffer, index, column[:, :, 0])
+
+
+class ChunkedCache(NamedTuple):
+    """Keys/values of positions 0..step-1 in a buffer of L >= step columns, L a
+    multiple of `CHUNK`; `write` grows it by CHUNK columns when it is full."""
+
+    keys: tf.Tensor  # [batch, h, L, d_k]
+    values: tf.Tensor  # [batch, h, L, d_v]
+
+    CHUNK = 16
+
+    def write(self, k: tf.Tensor, v: tf.Tensor, step) -> "ChunkedCache":
+        """k [batch, h, 1, d_k], v [batch, h, 1, d_v] become position `step`."""
+        def grown():
+            pad = [[0, 0], [0, 0], [0, self.CHUNK], [0, 0]]
+            return tf.pad(self.keys, pad), tf.pad(self.values, pad)
+
+        keys, values = tf.cond(step >= tf.shape(self.keys)[2], grown,
+                               lambda: (self.keys, self.values))
+        return ChunkedCache(_scatter(keys, k, step), _scatter(values, v, step))
+
+    def bias(self, step) -> tf.Tensor:
+        """[1, 1, 1, L]: keys 0..step visible, the chunk's unwritten columns masked."""
+        return masks.attention_bias(masks.step_mask(step, tf.shape(self.keys)[2]))
+
+
 class FixedCache(NamedTuple):
     """Keys/values in a buffer of static length L; positions after `step` are masked."""
 
@@ -58,11 +99,7 @@ class FixedCache(NamedTuple):
         A scatter, not a select: XLA updates the buffer in place, where a
         select rewrites all of it every step.
         """
-        batch, heads = tf.shape(k)[0], tf.shape(k)[1]
-        rows, head = tf.meshgrid(tf.range(batch), tf.range(heads), indexing="ij")
-        index = tf.stack([rows, head, tf.fill(tf.shape(rows), step)], axis=-1)
-        return FixedCache(tf.tensor_scatter_nd_update(self.keys, index, k[:, :, 0]),
-                          tf.tensor_scatter_nd_update(self.values, index, v[:, :, 0]))
+        return FixedCache(_scatter(self.keys, k, step), _scatter(self.values, v, step))
 
     def bias(self, step) -> tf.Tensor:
         """[1, 1, 1, L]: keys 0..step visible (masks.step_mask)."""
@@ -75,7 +112,7 @@ class FixedCache(NamedTuple):
         return FixedCache(pad(self.keys), pad(self.values))
 
 
-SelfAttentionCache = Union[GrowingCache, FixedCache]
+SelfAttentionCache = Union[GrowingCache, ChunkedCache, FixedCache]
 # (batch, num_heads, d_k, d_v, dtype) -> an empty self-attention cache.
 EmptyCache = Callable[..., SelfAttentionCache]
 
@@ -84,6 +121,14 @@ def growing() -> EmptyCache:
     """Empty growing caches (graph mode): L starts at 0."""
     def empty(batch, num_heads, d_k, d_v, dtype) -> GrowingCache:
         return GrowingCache(tf.zeros([batch, num_heads, 0, d_k], dtype),
+                            tf.zeros([batch, num_heads, 0, d_v], dtype))
+    return empty
+
+
+def chunked() -> EmptyCache:
+    """Empty chunked caches (graph mode): L starts at 0, the first write makes CHUNK."""
+    def empty(batch, num_heads, d_k, d_v, dtype) -> ChunkedCache:
+        return ChunkedCache(tf.zeros([batch, num_heads, 0, d_k], dtype),
                             tf.zeros([batch, num_heads, 0, d_v], dtype))
     return empty
 

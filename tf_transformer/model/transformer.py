@@ -134,14 +134,15 @@ class Transformer(keras.Model):
         return self.logits(self.states(inputs, training=training))
 
     # -- incremental decoding ------------------------------------------------
-    def initial_cache(self, memory, source, empty: caches.EmptyCache = caches.growing(),
+    def initial_cache(self, memory, source, empty: caches.EmptyCache = caches.chunked(),
                       transpose_output: bool = True, positions=0) -> DecoderCache:
         """The decoding cache of a batch: memory [batch, S, d_model], source [batch, S] ids.
 
         Memory keys/values are projected here, once per sentence. `empty` makes
-        each layer's self-attention cache: caches.growing() (graph mode: each
-        step copies, reorders and attends over the positions decoded so far)
-        or caches.fixed(L) (XLA: static shapes, L positions). With
+        each layer's self-attention cache: caches.chunked() (graph mode: a
+        buffer grown by chunks, written in place), caches.growing() (each step
+        copies the positions decoded so far) or caches.fixed(L) (XLA: static
+        shapes, L positions). With
         `transpose_output` the output table is transposed here, once, for a
         plain GEMM per step (TensorFlow's kernels); without, each step's GEMM
         reads the table with transpose_b (XLA's dot is faster that way:
