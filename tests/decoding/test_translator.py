@@ -63,8 +63,12 @@ def _source_lengths(source):
     return (np.asarray(source) != PAD_ID).sum(axis=1)
 
 
-@pytest.mark.parametrize("growing", [False, True], ids=["fixed_cache", "growing_cache"])
-def test_cached_and_uncached_decoding_give_identical_outputs(eos_prone, sources, growing):
+@pytest.mark.parametrize("kind", ["fixed", "growing", "chunked"])
+def test_cached_and_uncached_decoding_give_identical_outputs(eos_prone, sources, kind,
+                                                             monkeypatch):
+    """The cached search runs as a graph (Grappler's rewrites included: they once merged
+    the chunked cache's buffers), the chunked cache over several chunks of 3."""
+    monkeypatch.setattr(caches.ChunkedCache, "CHUNK", 3)
     model = eos_prone.model
     source = tf.constant(sources[:3])
     max_lengths = tf.constant(np.minimum(_source_lengths(source), 6) + 4, tf.int32)
@@ -76,9 +80,15 @@ def test_cached_and_uncached_decoding_give_identical_outputs(eos_prone, sources,
         return logits[:, -1], cache
 
     full = beam_search(uncached, {"source": source}, **args)
-    empty = caches.growing() if growing else caches.fixed(int(tf.reduce_max(max_lengths)))
-    cache = model.initial_cache(model.encode(source), source, empty)
-    cached = beam_search(model.decode_step, cache, **args)
+    empty = {"growing": caches.growing(), "chunked": caches.chunked(),
+             "fixed": caches.fixed(int(tf.reduce_max(max_lengths)))}[kind]
+
+    @tf.function
+    def search(source):
+        cache = model.initial_cache(model.encode(source), source, empty)
+        return beam_search(model.decode_step, cache, **args)
+
+    cached = search(source)
     np.testing.assert_array_equal(cached.ids.numpy(), full.ids.numpy())
     np.testing.assert_array_equal(cached.lengths.numpy(), full.lengths.numpy())
     np.testing.assert_allclose(cached.scores.numpy(), full.scores.numpy(), rtol=1e-5)

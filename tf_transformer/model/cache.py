@@ -8,10 +8,10 @@ questions, so `SelfAttention.step` and `Transformer.decode_step` need no mode:
 `GrowingCache` appends (L = positions so far): every step copies, reorders and
 attends over only what was decoded, the cheap choice in graph mode.
 `ChunkedCache` (graph mode's default) keeps a buffer that grows by CHUNK
-positions when full: a step writes its column in place and attends over at
-most CHUNK - 1 masked columns, and the attention products take one shape per
-chunk instead of one per step (oneDNN builds and keeps a kernel per shape:
-BUILD.md, "Decoding").
+positions when full: a step writes its column into that buffer in place (no
+copy of the cache) and attends over at most CHUNK - 1 masked columns, so the
+attention products take one shape per chunk instead of one per step (oneDNN
+builds a kernel per shape: BUILD.md, "Decoding").
 `FixedCache` scatters into a buffer of static length L and masks later
 positions: the shapes XLA needs; `padded(L')` moves it to a longer buffer
 between two loops (a short first buffer serves outputs that stop early).
@@ -32,6 +32,7 @@ from __future__ import annotations
 from typing import Callable, NamedTuple, Union
 
 import tensorflow as tf
+from tensorflow.python.ops import gen_array_ops
 
 from tf_transformer.model import masks
 
@@ -54,8 +55,8 @@ class GrowingCache(NamedTuple):
 def _scatter(buffer: tf.Tensor, column: tf.Tensor, step) -> tf.Tensor:
     """buffer [batch, h, L, d] with column [batch, h, 1, d] written at position `step`.
 
-    A scatter, not a select or a concat: XLA updates the buffer in place, and so
-    does TensorFlow's kernel when the buffer has no other reader.
+    A scatter, not a select: XLA updates the buffer in place (TensorFlow's
+    kernel copies it, as a concat would: measured inside a tf.while_loop).
     """
     batch, heads = tf.shape(column)[0], tf.shape(column)[1]
     rows, head = tf.meshgrid(tf.range(batch), tf.range(heads), indexing="ij")
@@ -63,9 +64,27 @@ def _scatter(buffer: tf.Tensor, column: tf.Tensor, step) -> tf.Tensor:
     return tf.tensor_scatter_nd_update(buffer, index, column[:, :, 0])
 
 
+def _write_in_place(buffer: tf.Tensor, column: tf.Tensor, step) -> tf.Tensor:
+    """`_scatter` without the copy: TensorFlow's InplaceUpdate writes the rows of
+    its input's own buffer (the op behind `alias_inplace_update`), here the rows
+    [batch * h * L, d] of `buffer` that hold position `step`.
+
+    Safe only on a buffer nobody else reads: ChunkedCache's buffers are made by
+    the chunk's pad, or by the search's tile or reorder gather, each a new tensor
+    that only this write reads before the step's attention.
+    """
+    depth = buffer.shape[-1] if buffer.shape[-1] is not None else tf.shape(buffer)[-1]
+    shape = tf.shape(buffer)
+    flat = tf.reshape(buffer, [-1, depth])
+    index = tf.range(shape[0] * shape[1]) * shape[2] + step
+    written = gen_array_ops.inplace_update(flat, index, tf.reshape(column, [-1, depth]))
+    return tf.reshape(written, shape)
+
+
 class ChunkedCache(NamedTuple):
     """Keys/values of positions 0..step-1 in a buffer of L >= step columns, L a
-    multiple of `CHUNK`; `write` grows it by CHUNK columns when it is full."""
+    multiple of `CHUNK`; `write` grows it by CHUNK columns when it is full.
+    Steps must run from 0 in order (graph mode's loop): L follows from `step`."""
 
     keys: tf.Tensor  # [batch, h, L, d_k]
     values: tf.Tensor  # [batch, h, L, d_v]
@@ -78,13 +97,17 @@ class ChunkedCache(NamedTuple):
             pad = [[0, 0], [0, 0], [0, self.CHUNK], [0, 0]]
             return tf.pad(self.keys, pad), tf.pad(self.values, pad)
 
-        keys, values = tf.cond(step >= tf.shape(self.keys)[2], grown,
+        # Full exactly when `step` starts a chunk after the first (no shape op on the
+        # buffer).
+        keys, values = tf.cond(tf.logical_and(step > 0, step % self.CHUNK == 0), grown,
                                lambda: (self.keys, self.values))
-        return ChunkedCache(_scatter(keys, k, step), _scatter(values, v, step))
+        return ChunkedCache(_write_in_place(keys, k, step), _write_in_place(values, v, step))
 
     def bias(self, step) -> tf.Tensor:
-        """[1, 1, 1, L]: keys 0..step visible, the chunk's unwritten columns masked."""
-        return masks.attention_bias(masks.step_mask(step, tf.shape(self.keys)[2]))
+        """[1, 1, 1, L]: keys 0..step visible, the chunk's unwritten columns masked
+        (L after writing `step`, from `step` alone, as in `write`)."""
+        length = (step // self.CHUNK + 1) * self.CHUNK
+        return masks.attention_bias(masks.step_mask(step, length))
 
 
 class FixedCache(NamedTuple):
@@ -126,10 +149,19 @@ def growing() -> EmptyCache:
 
 
 def chunked() -> EmptyCache:
-    """Empty chunked caches (graph mode): L starts at 0, the first write makes CHUNK."""
+    """Empty chunked caches (graph mode) of one chunk each.
+
+    Each buffer is its own `Empty` op (zero-filled): a stateful op, which Grappler
+    never merges. Two `tf.zeros` of one shape would be merged into one tensor
+    (common subexpressions), and so would every pad, tile and gather of it after,
+    leaving the keys and values of every layer in one buffer that each in-place
+    write overwrites.
+    """
     def empty(batch, num_heads, d_k, d_v, dtype) -> ChunkedCache:
-        return ChunkedCache(tf.zeros([batch, num_heads, 0, d_k], dtype),
-                            tf.zeros([batch, num_heads, 0, d_v], dtype))
+        def buffer(depth):
+            shape = tf.stack([batch, num_heads, ChunkedCache.CHUNK, depth])
+            return gen_array_ops.empty(shape, dtype, init=True)
+        return ChunkedCache(buffer(d_k), buffer(d_v))
     return empty
 
 
