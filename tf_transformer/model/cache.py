@@ -1,12 +1,12 @@
-"""The incremental decoding cache: one interface, a growing and a fixed implementation.
+"""The incremental decoding cache: one interface, three implementations.
 
 A self-attention cache holds the keys and values of the positions decoded so
-far, [batch, h, L, d_k] and [batch, h, L, d_v]. Both kinds answer the same two
+far, [batch, h, L, d_k] and [batch, h, L, d_v]. Every kind answers the same two
 questions, so `SelfAttention.step` and `Transformer.decode_step` need no mode:
   write(k, v, step) -> the cache with step `step`'s key/value stored;
   bias(step)        -> the additive float32 bias the query at `step` attends with.
-`GrowingCache` appends (L = positions so far): every step copies, reorders and
-attends over only what was decoded, the cheap choice in graph mode.
+`GrowingCache` appends (L = positions so far): every step copies the cache,
+which makes it the plain reference the tests hold the others to.
 `ChunkedCache` (graph mode's default) keeps a buffer that grows by CHUNK
 positions when full: a step writes its column into that buffer in place (no
 copy of the cache) and attends over at most CHUNK - 1 masked columns, so the
@@ -64,27 +64,28 @@ def _scatter(buffer: tf.Tensor, column: tf.Tensor, step) -> tf.Tensor:
     return tf.tensor_scatter_nd_update(buffer, index, column[:, :, 0])
 
 
-def _write_in_place(buffer: tf.Tensor, column: tf.Tensor, step) -> tf.Tensor:
-    """`_scatter` without the copy: TensorFlow's InplaceUpdate writes the rows of
-    its input's own buffer (the op behind `alias_inplace_update`), here the rows
-    [batch * h * L, d] of `buffer` that hold position `step`.
+def _write_in_place(buffer: tf.Tensor, column: tf.Tensor, index: tf.Tensor) -> tf.Tensor:
+    """`_scatter` without the copy: TensorFlow's InplaceUpdate writes rows `index`
+    of its input's own buffer (the op behind `alias_inplace_update`), here the
+    rows of `buffer` as [batch * h * L, d] that hold one position.
 
     Safe only on a buffer nobody else reads: ChunkedCache's buffers are made by
-    the chunk's pad, or by the search's tile or reorder gather, each a new tensor
-    that only this write reads before the step's attention.
+    `chunked()`'s Empty ops, the chunk's pad, or the search's tile or reorder
+    gather, each a new tensor that only this write reads before the step's
+    attention.
     """
     depth = buffer.shape[-1] if buffer.shape[-1] is not None else tf.shape(buffer)[-1]
-    shape = tf.shape(buffer)
-    flat = tf.reshape(buffer, [-1, depth])
-    index = tf.range(shape[0] * shape[1]) * shape[2] + step
-    written = gen_array_ops.inplace_update(flat, index, tf.reshape(column, [-1, depth]))
-    return tf.reshape(written, shape)
+    written = gen_array_ops.inplace_update(tf.reshape(buffer, [-1, depth]), index,
+                                           tf.reshape(column, [-1, depth]))
+    return tf.reshape(written, tf.shape(buffer))
 
 
 class ChunkedCache(NamedTuple):
     """Keys/values of positions 0..step-1 in a buffer of L >= step columns, L a
     multiple of `CHUNK`; `write` grows it by CHUNK columns when it is full.
-    Steps must run from 0 in order (graph mode's loop): L follows from `step`."""
+    Steps must run from 0 in order (graph mode's loop): L follows from `step`.
+    `write` updates the buffers in place, so a cache must not be read after it
+    has been written to (decode_step's caller keeps only the returned one)."""
 
     keys: tf.Tensor  # [batch, h, L, d_k]
     values: tf.Tensor  # [batch, h, L, d_v]
@@ -101,13 +102,18 @@ class ChunkedCache(NamedTuple):
         # buffer).
         keys, values = tf.cond(tf.logical_and(step > 0, step % self.CHUNK == 0), grown,
                                lambda: (self.keys, self.values))
-        return ChunkedCache(_write_in_place(keys, k, step), _write_in_place(values, v, step))
+        # Row (row * h + head) * L + step of the flattened buffers, the same for both.
+        shape = tf.shape(k)
+        index = tf.range(shape[0] * shape[1]) * self.length(step) + step
+        return ChunkedCache(_write_in_place(keys, k, index), _write_in_place(values, v, index))
+
+    def length(self, step) -> tf.Tensor:
+        """L once position `step` is written: the chunks that hold 0..step."""
+        return (step // self.CHUNK + 1) * self.CHUNK
 
     def bias(self, step) -> tf.Tensor:
-        """[1, 1, 1, L]: keys 0..step visible, the chunk's unwritten columns masked
-        (L after writing `step`, from `step` alone, as in `write`)."""
-        length = (step // self.CHUNK + 1) * self.CHUNK
-        return masks.attention_bias(masks.step_mask(step, length))
+        """[1, 1, 1, L]: keys 0..step visible, the chunk's unwritten columns masked."""
+        return masks.attention_bias(masks.step_mask(step, self.length(step)))
 
 
 class FixedCache(NamedTuple):
