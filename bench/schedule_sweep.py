@@ -159,10 +159,8 @@ def sweep_one_opennmt(name, flags, args, data) -> dict:
     with open(predictions, encoding="utf-8") as f:
         hypotheses = [data["sp"].decode(line.split()) for line in f]
     references = data["dev_targets"][:len(hypotheses)]
-    with open(os.path.join(args.work_dir, f"{name}_train.log"), encoding="utf-8") as f:
-        steps = re.findall(r"Step = (\d+) ;", f.read())
     curve = result["curve_train"]
-    return {"name": name, "flags": " ".join(flags), "steps": int(steps[-1]) if steps else 0,
+    return {"name": name, "flags": " ".join(flags), "steps": result["last_step"],
             "loss": f"{curve[-1][1]:.2f}" if curve else "-",
             "minutes": (time.time() - start) / 60,
             "dev_bleu": sacrebleu.corpus_bleu(hypotheses, [references]).score,

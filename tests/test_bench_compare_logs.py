@@ -1,6 +1,6 @@
 """The side-by-side harness reads both trainers' logs: each field from its own place."""
 
-from bench.compare import run_protocol
+from bench.compare import train_logs
 
 ONMT = [
     "2026-11-25 20:25:49.168000: I runner.py:310] Step = 25 ; steps/s = 0.94, tokens/s = 6563 "
@@ -19,19 +19,20 @@ OURS = [
 
 
 def test_opennmt_log():
-    got = run_protocol.parse_opennmt_train(list(zip((43.0, 69.7, 90.0), ONMT)))
+    got = train_logs.parse_opennmt_train(list(zip((43.0, 69.7, 90.0), ONMT)))
     assert got["curve_train"] == [(43.0, 8.941279), (69.7, 8.821073)]
     assert got["curve_dev"] == [(90.0, 7.5)]
     assert got["tokens_per_sec"] == 6000  # the windows after the first
     assert got["tokens_per_step"] == 12000  # tokens/s over steps/s
+    assert got["last_step"] == 50
 
 
 def test_our_log_and_its_timestamped_copy(tmp_path):
     lines = list(zip((39.1, 65.4, 80.0), OURS))
-    got = run_protocol.parse_ours_train(lines)
+    got = train_logs.parse_ours_train(lines)
     assert got["curve_train"] == [(39.1, 8.22737), (65.4, 7.17289)]
     assert got["curve_dev"] == [(80.0, 6.25)]
     assert got["tokens_per_sec"] == 6000 and got["tokens_per_step"] == 6000
     log = tmp_path / "ours_train.log"
     log.write_text("".join(f"{t:9.1f} {line}\n" for t, line in lines) + "no time here\n")
-    assert run_protocol.read_logged(str(log)) == lines
+    assert train_logs.read_logged(str(log)) == lines

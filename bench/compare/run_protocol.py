@@ -37,7 +37,8 @@ SPLITS = ("train", "dev", "test")
 ONMT_VENV = os.path.join(HERE, ".venvs", "opennmt", "bin")
 CT2_VENV = os.path.join(HERE, ".venvs", "ctranslate2", "bin")
 
-from bench.compare.report import plot, report, steady  # noqa: E402
+from bench.compare.report import plot, report  # noqa: E402
+from bench.compare.train_logs import parse_opennmt_train, parse_ours_train  # noqa: E402
 
 
 def parse_args():
@@ -156,18 +157,6 @@ def train_opennmt(args, work, d, name="opennmt", schedule=None):
             **parse_opennmt_train(lines), "counts": "source pieces (no EOS) + target pieces + EOS"}
 
 
-def parse_opennmt_train(lines) -> dict:
-    """OpenNMT-tf's training log, (seconds, line) pairs -> throughput and learning curves."""
-    steps = [(t, float(m.group(2)), float(m.group(1)), float(m.group(3))) for t, l in lines
-             for m in [re.search(r"Step = \d+ ; steps/s = ([\d.]+), tokens/s = (\d+) .*"
-                                 r"Loss = ([\d.]+)", l)] if m]  # (t, tokens/s, steps/s, loss)
-    dev = [(t, float(m.group(1))) for t, l in lines for m in
-           [re.search(r"Evaluation result for step \d+: loss = ([\d.]+)", l)] if m]
-    return {"tokens_per_sec": steady(tokens for _, tokens, _, _ in steps),
-            "tokens_per_step": steady(tokens / rate for _, tokens, rate, _ in steps if rate),
-            "curve_train": [(t, loss) for t, _, _, loss in steps], "curve_dev": dev}
-
-
 def train_ours(args, work, d):
     model_dir = os.path.join(work, "ours")
     lines, rss, _ = run_logged(
@@ -179,33 +168,6 @@ def train_ours(args, work, d):
         os.path.join(work, "ours_train.log"))
     return {"model_dir": model_dir, "peak_rss_mb": rss, **parse_ours_train(lines),
             "counts": "source pieces + EOS + target pieces + EOS"}
-
-
-def parse_ours_train(lines) -> dict:
-    """Our trainer's log, (seconds, line) pairs -> throughput and learning curves."""
-    steps = [(t, float(m.group(2)), float(m.group(3)), float(m.group(1))) for t, l in lines
-             for m in [re.search(r"^step=\d+ loss=([\d.]+) .*tokens_per_sec=(\d+) .*"
-                                 r"ms_per_step=([\d.]+)", l)] if m]  # (t, tokens/s, ms, loss)
-    dev = [(t, float(m.group(1))) for t, l in lines for m in
-           [re.search(r"^eval step=\d+ dev_loss=([\d.]+)", l)] if m]
-    return {"tokens_per_sec": steady(tokens for _, tokens, _, _ in steps),
-            "tokens_per_step": steady(tokens * ms / 1000 for _, tokens, ms, _ in steps),
-            "curve_train": [(t, loss) for t, _, _, loss in steps], "curve_dev": dev}
-
-
-def read_logged(log_path):
-    """A run_logged log back as (seconds, line) pairs (to re-read a finished run)."""
-    with open(log_path, encoding="utf-8", errors="replace") as f:
-        return [(float(head), rest.rstrip("\n")) for head, _, rest in
-                (line.lstrip().partition(" ") for line in f) if _is_number(head)]
-
-
-def _is_number(text) -> bool:
-    try:
-        float(text)
-        return True
-    except ValueError:
-        return False
 
 
 def _log_every(args) -> int:
