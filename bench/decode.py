@@ -6,9 +6,12 @@ Without --model_dir: the `small` preset (3+3 layers, d_model 256, vocab 8000)
 with random weights, which almost never emit EOS, so every hypothesis runs to
 its maximum length (source + extra_length). Sentences per second then measure
 the worst case, and the honest figure is ms per decoding step; the script
-counts the steps actually run (a counter wrapped around decode_step), so the
-per-step figures hold for a trained model (--model_dir) too, whose outputs stop
-early. Sources are random token ids of a fixed length (EOS last).
+counts the steps actually run (a counter wrapped around decode_step, in an
+untimed run of its own), so the per-step figures hold for a trained model
+(--model_dir) too, whose outputs stop early. With parallel searches
+(--parallel_searches, DecodeConfig's) steps add up over the searches, so
+ms_per_step is per search step: compare sentences/s across that flag.
+Sources are random token ids of a fixed length (EOS last).
 
 Part 1: beam 4 and greedy (beam 1) at batch 32 and 1, sources of 32 tokens.
 Part 3 (mixed): beam 4 and 1 at batch 32 and 1, sources of random lengths
@@ -22,7 +25,9 @@ step costs the cached attention over the positions so far, so ms per step
 should grow slowly (linearly in the cache length), not with the square of it.
 Part `real` (--sources=FILE, --model_dir): every line of a text file, tokenized
 by the model's vocabulary, sorted by length and decoded in batches of --batch
-(beam 4 and greedy): sentences/s and occupancy of the search on real outputs.
+(beam 4 and greedy): sentences/s and occupancy of the search on real outputs,
+and cores_busy: the process's CPU seconds per wall second (2.0 on 2 cores means
+no thread waits; near 1.0, the step is a chain of ops that run one at a time).
 Everything is traced (and with --jit_compile XLA-compiled) and run once before
 timing (first_call_s: that run, compile included); the figure is the median
 of --repeats runs.
@@ -55,6 +60,8 @@ MODEL_DIR = flags.DEFINE_string("model_dir", None, "A trained model; default ran
 PRESET = flags.DEFINE_string("preset", "small", "Preset for random weights.")
 JIT = flags.DEFINE_bool("jit_compile", False,
                         "The Translator's XLA search (DecodeConfig.jit_compile).")
+PARALLEL = flags.DEFINE_integer("parallel_searches", DecodeConfig.parallel_searches,
+                                "DecodeConfig.parallel_searches (graph mode).")
 REPEATS = flags.DEFINE_integer("repeats", 3, "Timed runs per figure (median).")
 EXTRA = flags.DEFINE_integer("extra_length", 50, "Max output = source + this.")
 LENGTHS = flags.DEFINE_list("source_lengths", ["16", "32", "64", "128"], "Part 2 sources.")
@@ -71,26 +78,50 @@ PROFILE_BATCHES = flags.DEFINE_integer(
     "the sorted file.")
 
 
-def _translator(beam_size: int) -> Translator:
-    decode = DecodeConfig(beam_size=beam_size, extra_length=EXTRA.value, jit_compile=JIT.value)
+class _CountedTranslator(Translator):
+    """The same search with its decode steps and decoder rows counted. The
+    counters' variable updates order parallel searches one after the other, so
+    timings come from an uncounted Translator and the counts from a separate run."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.steps = tf.Variable(0, dtype=tf.int64, trainable=False)
+        self.rows = tf.Variable(0, dtype=tf.int64, trainable=False)
+
+    def beam_search(self, source_ids, alpha, extra_length, nbest: int, max_decode_length=None):
+        search = super().beam_search(source_ids, alpha, extra_length, nbest, max_decode_length)
+        decode_step = search.config.symbols_to_logits_fn
+
+        def counted(ids, step, cache, **kwargs):
+            self.steps.assign_add(1)
+            self.rows.assign_add(tf.cast(tf.shape(ids)[0], tf.int64))
+            return decode_step(ids, step, cache, **kwargs)
+
+        search.config = search.config._replace(symbols_to_logits_fn=counted)
+        return search
+
+    def count(self, sources) -> tuple[int, int]:
+        """(decode steps, decoder rows) of searching each batch in `sources` once."""
+        self.steps.assign(0)
+        self.rows.assign(0)
+        for source in sources:
+            self.translate_ids(source)["lengths"].numpy()
+        return int(self.steps.numpy()), int(self.rows.numpy())
+
+
+def _translator(beam_size: int) -> tuple[Translator, _CountedTranslator]:
+    """A translator to time and its counted twin on the same model."""
+    decode = DecodeConfig(beam_size=beam_size, extra_length=EXTRA.value, jit_compile=JIT.value,
+                          parallel_searches=PARALLEL.value)
     if MODEL_DIR.value:
         translator = Translator.from_model_dir(MODEL_DIR.value, decode_config=decode)
     else:  # ids only: no tokenizer needed
         random.seed(1)  # Keras draws its default seeds from Python's random
         config = presets.get_preset(PRESET.value)
         translator = Translator(build_model(config.model), None, decode, config.data.max_length)
-    steps = tf.Variable(0, dtype=tf.int64, trainable=False)
-    rows = tf.Variable(0, dtype=tf.int64, trainable=False)
-    decode_step = translator.model.decode_step
-
-    def counted(ids, step, cache, **kwargs):
-        steps.assign_add(1)
-        rows.assign_add(tf.cast(tf.shape(ids)[0], tf.int64))
-        return decode_step(ids, step, cache, **kwargs)
-
-    translator.model.decode_step = counted  # instance attribute: only this bench counts
-    translator.rows = rows
-    return translator, steps
+    counted = _CountedTranslator(translator.model, translator.tokenizer, decode,
+                                 translator.max_source_length)
+    return translator, counted
 
 
 def _search_fn(translator: Translator):
@@ -107,42 +138,50 @@ def _source(translator, batch: int, source_length: int, mixed: bool = False) -> 
     return tf.constant(source.astype(np.int32))
 
 
-def _live_row_steps(translator, source) -> int:
+def _live_row_steps(counted, source) -> int:
     """Rows of sentences still decoding: the graph-mode search shrinks to them."""
-    search = translator.beam_search(source, translator.alpha, translator.extra_length, 1)
+    search = counted.beam_search(source, counted.alpha, counted.extra_length, 1)
     if not getattr(search, "shrink", False):
         return -1  # a search that keeps finished sentences cannot count them
-    model = translator.model
+    model = counted.model
     cache = model.initial_cache(model.encode(source, training=False), source)
-    translator.rows.assign(0)
+    counted.rows.assign(0)
     tf.function(lambda c: search.finish(search.advance(search.start(c))).lengths)(cache)
-    return int(translator.rows.numpy())
+    return int(counted.rows.numpy())
 
 
-def _measure(translator, steps, batch: int, source_length: int, mixed: bool = False) -> dict:
-    source = _source(translator, batch, source_length, mixed)
-    search = _search_fn(translator)
-    start = time.perf_counter()
-    search(source).numpy()  # trace / compile (warm-up)
-    first_call = time.perf_counter() - start
-    times, counts, tokens = [], [], 0
-    for _ in range(REPEATS.value):
-        steps.assign(0)
-        translator.rows.assign(0)
-        start = time.perf_counter()
-        lengths = search(source).numpy()
-        times.append(time.perf_counter() - start)
-        counts.append(int(steps.numpy()))
-        tokens = int(lengths.sum())
-    seconds, num_steps = statistics.median(times), counts[-1]
-    row_steps = int(translator.rows.numpy())
-    live = _live_row_steps(translator, source)
-    return {"sentences_per_sec": batch / seconds, "ms_per_sentence": 1000 * seconds / batch,
+def _figures(seconds, sentences, tokens, counted, sources, first_call, busy) -> dict:
+    num_steps, row_steps = counted.count(sources)
+    live = sum(_live_row_steps(counted, source) for source in sources)
+    return {"sentences_per_sec": sentences / seconds, "ms_per_sentence": 1000 * seconds / sentences,
             "tokens_per_sec": tokens / seconds, "steps": num_steps,
             "ms_per_step": 1000 * seconds / max(num_steps, 1), "seconds": seconds,
             "row_steps": row_steps, "live_row_steps": live,
             "occupancy": live / row_steps if live > 0 else float("nan"),
-            "first_call_s": first_call}
+            "first_call_s": first_call, "cores_busy": busy}
+
+
+def _timed(translator, sources) -> tuple[float, int, float, float]:
+    """All `sources` once untimed (traces, compiles), then --repeats timed passes:
+    (median seconds, output tokens, first pass seconds, median cores busy)."""
+    search = _search_fn(translator)
+    start = time.perf_counter()
+    for source in sources:
+        search(source).numpy()
+    first_call = time.perf_counter() - start
+    times, busy = [], []
+    for _ in range(REPEATS.value):
+        start, cpu_start = time.perf_counter(), time.process_time()
+        tokens = sum(int(search(source).numpy().sum()) for source in sources)
+        times.append(time.perf_counter() - start)
+        busy.append((time.process_time() - cpu_start) / times[-1])
+    return statistics.median(times), tokens, first_call, statistics.median(busy)
+
+
+def _measure(translator, counted, batch: int, source_length: int, mixed: bool = False) -> dict:
+    source = _source(translator, batch, source_length, mixed)
+    seconds, tokens, first_call, busy = _timed(translator, [source])
+    return _figures(seconds, batch, tokens, counted, [source], first_call, busy)
 
 
 def _real_batches(translator) -> list:
@@ -160,30 +199,10 @@ def _real_batches(translator) -> list:
     return batches
 
 
-def _measure_real(translator, steps, batches) -> dict:
-    """All batches once untimed (traces, compiles), then --repeats timed passes (median)."""
-    search = _search_fn(translator)
-    start = time.perf_counter()
-    for source in batches:
-        search(source).numpy()
-    first_call = time.perf_counter() - start
-    times = []
-    for _ in range(REPEATS.value):
-        steps.assign(0)
-        translator.rows.assign(0)
-        start = time.perf_counter()
-        tokens = sum(int(search(source).numpy().sum()) for source in batches)
-        times.append(time.perf_counter() - start)
-    seconds, num_steps = statistics.median(times), int(steps.numpy())
-    row_steps = int(translator.rows.numpy())
-    live = sum(_live_row_steps(translator, source) for source in batches)
+def _measure_real(translator, counted, batches) -> dict:
+    seconds, tokens, first_call, busy = _timed(translator, batches)
     sentences = sum(int(b.shape[0]) for b in batches)
-    return {"sentences": sentences, "sentences_per_sec": sentences / seconds,
-            "ms_per_sentence": 1000 * seconds / sentences, "tokens_per_sec": tokens / seconds,
-            "steps": num_steps, "ms_per_step": 1000 * seconds / max(num_steps, 1),
-            "seconds": seconds, "row_steps": row_steps, "live_row_steps": live,
-            "occupancy": live / row_steps if live > 0 else float("nan"),
-            "first_call_s": first_call}
+    return _figures(seconds, sentences, tokens, counted, batches, first_call, busy)
 
 
 def _print(name: str, figures: dict, **settings):
@@ -192,7 +211,7 @@ def _print(name: str, figures: dict, **settings):
                       for k, v in figures.items()]), flush=True)
 
 
-def _profile(translator, steps, batch: int = 32, source_length: int = 32):
+def _profile(translator, counted, batch: int = 32, source_length: int = 32):
     from bench.timing import op_stats, xla_op_times
 
     if SOURCES.value:
@@ -207,14 +226,13 @@ def _profile(translator, steps, batch: int = 32, source_length: int = 32):
     for source in sources:
         search(source)  # trace / compile outside the profile
     logdir = tempfile.mkdtemp(prefix="profile_decode_")
-    steps.assign(0)
     tf.profiler.experimental.start(logdir)
     start = time.perf_counter()
     for source in sources:
         search(source).numpy()
     seconds = time.perf_counter() - start
     tf.profiler.experimental.stop()
-    num_steps = int(steps.numpy())
+    num_steps, _ = counted.count(sources)
     print(f"profile beam=4 {what} steps={num_steps} "
           f"ms_per_step={1000 * seconds / max(num_steps, 1):.2f} (under the profiler)")
     if JIT.value:

@@ -192,10 +192,17 @@ class DecodeConfig:
     # Compile the beam search with XLA (translator.py: one compilation per padded
     # batch and source length). Needs --xla_cpu_compilation_enabled in TF Serving.
     jit_compile: bool = False
+    # Graph mode: a batch of at least parallel_searches * 8 sentences is searched
+    # as this many sub-batches (interleaved by source length), independent loops
+    # that the executor runs side by side: one search's step is a chain of small
+    # ops that leaves cores idle (BUILD.md, "Decoding"). 1: one search.
+    parallel_searches: int = 2
 
     def __post_init__(self):
         if self.beam_size < 1:
             raise ConfigError("beam_size must be >= 1")
+        if self.parallel_searches < 1:
+            raise ConfigError("parallel_searches must be >= 1")
         if not 1 <= self.nbest <= self.beam_size:
             raise ConfigError(f"nbest must be in [1, beam_size={self.beam_size}]")
         if self.extra_length < 1:

@@ -71,7 +71,8 @@ _DEFINE = {int: flags.DEFINE_integer, float: flags.DEFINE_float, str: flags.DEFI
            bool: flags.DEFINE_bool}
 _DECODE_FLAGS = {  # flag -> DecodeConfig field; None defaults keep config.json's value
     "beam_size": "beam_size", "alpha": "alpha", "extra_length": "extra_length",
-    "nbest": "nbest", "batch_size": "batch_size", "decode_jit_compile": "jit_compile"}
+    "nbest": "nbest", "batch_size": "batch_size", "decode_jit_compile": "jit_compile",
+    "parallel_searches": "parallel_searches"}
 
 
 def define_model_dir_flags() -> None:
@@ -103,6 +104,9 @@ def define_decode_flags(nbest_help: str | None, batch_size: bool = True) -> None
         flags.DEFINE_integer("batch_size", None, "Sentences per batch; default: config.json's.")
     flags.DEFINE_bool("decode_jit_compile", None,
                       "Compile the beam search with XLA; default: config.json's (off).")
+    flags.DEFINE_integer("parallel_searches", None,
+                         "Graph mode: search a batch of at least 8 sentences per search as "
+                         "this many sub-batches side by side; default: config.json's (2).")
 
 
 def decode_overrides() -> dict:

@@ -109,6 +109,28 @@ def test_a_batch_gives_what_each_sentence_gives_alone(eos_prone, sources):
                                    rtol=1e-5)
 
 
+@pytest.mark.parametrize("parts", [2, 3])
+def test_parallel_searches_give_one_searchs_outputs_in_input_order(eos_prone, sources, parts):
+    """24 sentences in mixed order, split over `parts` interleaved searches, equal
+    one search over the batch: ids, lengths, scores, nbest 2."""
+    order = np.random.default_rng(0).permutation(3 * len(sources))
+    batch = tf.constant(np.concatenate([sources] * 3)[order])
+    one = Translator(eos_prone.model, eos_prone.tokenizer,
+                     DecodeConfig(beam_size=4, nbest=2, parallel_searches=1), max_source_length=64)
+    split = Translator(eos_prone.model, eos_prone.tokenizer,
+                       DecodeConfig(beam_size=4, nbest=2, parallel_searches=parts),
+                       max_source_length=64)
+    expected = one.translate_ids(batch)
+    assert len(set(expected["lengths"].numpy()[:, 0])) > 2
+    via_signature = split.translate_ids(batch)  # 24 >= parts * 8: the split branch
+    alpha, extra = tf.constant(split.alpha), tf.constant(split.extra_length)
+    direct = tf.function(lambda s: split._parallel_search(s, alpha, extra, 2))(batch)
+    for got in (via_signature, direct._asdict()):
+        np.testing.assert_array_equal(got["ids"].numpy(), expected["ids"].numpy())
+        np.testing.assert_array_equal(got["lengths"].numpy(), expected["lengths"].numpy())
+        np.testing.assert_allclose(got["scores"].numpy(), expected["scores"].numpy(), rtol=1e-5)
+
+
 def test_alpha_makes_outputs_longer(eos_prone, sources):
     means = []
     for alpha in (0.0, 0.6, 1.5, 3.0):

@@ -21,7 +21,8 @@ Target side: at most `source_length + extra_length` tokens, EOS included
 and `extra_length` may be overridden per call: a negative value, the default,
 means the configured one. A beam of 1 is greedy decoding on the same path.
 
-In graph mode the decoding cache grows by a position per step. With
+In graph mode the decoding cache grows by a position per step, and a large
+batch is searched as `parallel_searches` sub-batches side by side. With
 `decode_config.jit_compile` the search runs as one XLA computation on padded,
 fixed shapes (xla_search.py; the tokenizer ops stay outside it). Outputs are
 the same either way.
@@ -30,6 +31,7 @@ the same either way.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 from typing import Sequence
 
@@ -44,6 +46,12 @@ from tf_transformer.decoding.xla_search import LENGTH_BUCKET, CompiledSearch  # 
 from tf_transformer.inputs.tokenizer import Tokenizer
 from tf_transformer.model.transformer import Transformer
 from tf_transformer.training import checkpoints
+
+# Sub-batches of fewer sentences cost more than the idle time they fill
+# (4 searches of 8 at batch 32 were slower than one of 32; BUILD.md, "Decoding").
+MIN_SENTENCES_PER_SEARCH = 8
+# The search's inputs once alpha and extra_length are resolved (no -1 defaults).
+_SEARCH_INPUTS = [signatures.IDS, tf.TensorSpec([], tf.float32), tf.TensorSpec([], tf.int32)]
 
 
 class Translator(tf.Module):
@@ -71,7 +79,14 @@ class Translator(tf.Module):
         self.max_source_length = int(min(max_source_length, model.max_positions))
         self.max_target_length = int(model.max_positions)
         self.jit_compile = bool(decode_config.jit_compile)
+        self.parallel_searches = int(decode_config.parallel_searches)
         self._compiled = CompiledSearch(self)
+        # One graph-mode search function per nbest, called by every signature and by
+        # every part of a batch: the SavedModel holds one copy of the loop per nbest,
+        # not one per caller (each copy cost ~170 MB of the loader's memory).
+        self._loops = {str(n): tf.function(functools.partial(self._search, nbest=n),
+                                           input_signature=_SEARCH_INPUTS)
+                       for n in sorted({1, self.nbest})}
 
     @classmethod
     def from_model_dir(cls, model_dir: str, checkpoint: str | None = None,
@@ -120,10 +135,45 @@ class Translator(tf.Module):
     # -- the shared path ---------------------------------------------------
     def search(self, source_ids: tf.Tensor, alpha, extra_length, nbest: int) -> BeamSearchResult:
         """Beam search over the model's incremental decoder (callable in any graph):
-        a growing cache, or with jit_compile the compiled search (xla_search.py)."""
+        a growing cache, as `parallel_searches` sub-batches when the batch is
+        large enough, or with jit_compile the compiled search (xla_search.py)."""
         if self.jit_compile:
             return self._compiled(source_ids, alpha, extra_length, nbest)
         source_ids = tf.convert_to_tensor(source_ids, tf.int32)
+        parts = self.parallel_searches
+        if parts == 1:
+            return self._loop(nbest)(source_ids, alpha, extra_length)
+        return tf.cond(tf.shape(source_ids)[0] >= parts * MIN_SENTENCES_PER_SEARCH,
+                       lambda: self._parallel_search(source_ids, alpha, extra_length, nbest),
+                       lambda: self._loop(nbest)(source_ids, alpha, extra_length))
+
+    def _parallel_search(self, source_ids, alpha, extra_length, nbest) -> BeamSearchResult:
+        """`parallel_searches` searches over interleaved sub-batches: rank r of the
+        sources sorted by length goes to search r % parts, so every search runs
+        about as many steps. Nothing joins them but the final stitch, so the
+        executor interleaves their ops; results come back in input order."""
+        lengths = tf.reduce_sum(tf.cast(source_ids != PAD_ID, tf.int32), axis=1)
+        order = tf.argsort(lengths, stable=True)
+        parts = self.parallel_searches
+        indices = [order[i::parts] for i in range(parts)]
+        results = []
+        for index in indices:
+            width = tf.reduce_max(tf.gather(lengths, index))
+            results.append(self._loop(nbest)(tf.gather(source_ids, index)[:, :width], alpha,
+                                             extra_length))
+        width = tf.reduce_max(tf.stack([tf.shape(r.ids)[2] for r in results]))
+        ids = [tf.pad(r.ids, [[0, 0], [0, 0], [0, width - tf.shape(r.ids)[2]]],
+                      constant_values=PAD_ID) for r in results]
+        return BeamSearchResult(ids=tf.dynamic_stitch(indices, ids),
+                                scores=tf.dynamic_stitch(indices, [r.scores for r in results]),
+                                lengths=tf.dynamic_stitch(indices, [r.lengths for r in results]))
+
+    def _loop(self, nbest: int):
+        """The search function of `nbest` (`_search` itself for another nbest)."""
+        return self._loops.get(str(nbest), functools.partial(self._search, nbest=nbest))
+
+    def _search(self, source_ids, alpha, extra_length, nbest) -> BeamSearchResult:
+        """One graph-mode search over the whole batch."""
         search = self.beam_search(source_ids, alpha, extra_length, nbest)
         cache = self.model.initial_cache(self.model.encode(source_ids, training=False), source_ids,
                                          positions=search.max_decode_length)
