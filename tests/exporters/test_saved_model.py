@@ -58,7 +58,7 @@ def test_signatures_names_dtypes_and_shapes(loaded):
 def test_each_search_is_traced_once(exported):
     """Signatures, the module's functions and the parts of a batch share one trace of the
     search per nbest: a second copy (signatures traced before the save's own retrace) cost
-    ~90 MB of loader RSS, a copy per parallel search ~170 MB."""
+    ~90 MB of loader RSS, a copy per parallel search ~60 MB."""
     from tensorflow.core.protobuf import saved_model_pb2
     proto = saved_model_pb2.SavedModel()
     with open(os.path.join(exported, "saved_model.pb"), "rb") as f:

@@ -21,7 +21,7 @@ Target side: at most `source_length + extra_length` tokens, EOS included
 and `extra_length` may be overridden per call: a negative value, the default,
 means the configured one. A beam of 1 is greedy decoding on the same path.
 
-In graph mode the decoding cache grows by a position per step, and a large
+In graph mode the decoding cache grows by chunks of positions, and a large
 batch is searched as `parallel_searches` sub-batches side by side. With
 `decode_config.jit_compile` the search runs as one XLA computation on padded,
 fixed shapes (xla_search.py; the tokenizer ops stay outside it). Outputs are
@@ -83,7 +83,7 @@ class Translator(tf.Module):
         self._compiled = CompiledSearch(self)
         # One graph-mode search function per nbest, called by every signature and by
         # every part of a batch: the SavedModel holds one copy of the loop per nbest,
-        # not one per caller (each copy cost ~170 MB of the loader's memory).
+        # not one per caller (each copy cost ~60 MB of the loader's memory).
         self._loops = {str(n): tf.function(functools.partial(self._search, nbest=n),
                                            input_signature=_SEARCH_INPUTS)
                        for n in sorted({1, self.nbest})}
@@ -135,8 +135,8 @@ class Translator(tf.Module):
     # -- the shared path ---------------------------------------------------
     def search(self, source_ids: tf.Tensor, alpha, extra_length, nbest: int) -> BeamSearchResult:
         """Beam search over the model's incremental decoder (callable in any graph):
-        a growing cache, as `parallel_searches` sub-batches when the batch is
-        large enough, or with jit_compile the compiled search (xla_search.py)."""
+        a cache grown by chunks, as `parallel_searches` sub-batches when the batch
+        is large enough, or with jit_compile the compiled search (xla_search.py)."""
         if self.jit_compile:
             return self._compiled(source_ids, alpha, extra_length, nbest)
         source_ids = tf.convert_to_tensor(source_ids, tf.int32)
