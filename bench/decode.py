@@ -248,7 +248,10 @@ def _profile(translator, counted, batch: int = 32, source_length: int = 32):
     for key, title in (("type", "by op type"), ("operation", "by op")):
         totals = collections.Counter()
         for row in rows:
-            totals[row.get(key, "?")] += float(row.get("total_self_time", 0) or 0)
+            name = row.get(key, "?")
+            if key == "operation":  # the loop body's op, summed over parallel searches
+                name = f'{name.rsplit("/while/", 1)[-1]} ({row.get("type", "?")})'
+            totals[name] += float(row.get("total_self_time", 0) or 0)
         total = sum(totals.values())
         print(f"{title} (share of {total / 1000:.0f} ms self time; IDLE: executor threads waiting)")
         for name, micros in totals.most_common(TOP.value):
