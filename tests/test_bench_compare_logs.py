@@ -1,6 +1,6 @@
 """The side-by-side harness reads both trainers' logs: each field from its own place."""
 
-from bench.compare import train_logs
+from bench.compare import dev_curves, train_logs
 
 ONMT = [
     "2026-11-25 20:25:49.168000: I runner.py:310] Step = 25 ; steps/s = 0.94, tokens/s = 6563 "
@@ -36,3 +36,24 @@ def test_our_log_and_its_timestamped_copy(tmp_path):
     log = tmp_path / "ours_train.log"
     log.write_text("".join(f"{t:9.1f} {line}\n" for t, line in lines) + "no time here\n")
     assert train_logs.read_logged(str(log)) == lines
+
+
+def test_dev_curve_times_each_checkpoint_by_its_logged_save():
+    lines = [(20.7, "2026-11-26 08:31:39.051000: I training.py:176] Saved checkpoint run/ckpt-250"),
+             (600.0, "I1126 07:50:29.479760 1399 trainer.py:131] saved checkpoint /m/ckpt-540"),
+             (300.0, "2026-11-26 08:36:00.000000: I training.py:176] Saved checkpoint run/ckpt-1")]
+    seconds = dev_curves.checkpoint_seconds(lines)
+    assert seconds == {"ckpt-250": 20.7, "ckpt-540": 600.0, "ckpt-1": 300.0}
+    scores = {"/a/ckpt-540": 9.0, "/a/ckpt-1": 1.0, "/a/ckpt-250": 5.0, "/a/ckpt-9": 7.0}
+    # In time order; ckpt-9's saving was not logged, so it has no minute.
+    assert dev_curves.curve(list(scores), seconds, scores.get) == [
+        (20.7, 5.0), (300.0, 1.0), (600.0, 9.0)]
+
+
+def test_protocol_trains_opennmt_with_a_setting_of_its_sweep():
+    from bench import schedule_sweep
+    from bench.compare import run_protocol
+
+    settings = dict(schedule_sweep.read_settings(run_protocol.OPENNMT_SWEEP))
+    schedule = schedule_sweep.opennmt_schedule(settings[run_protocol.OPENNMT_SETTING])
+    assert schedule["warmup_steps"] < 4000  # not the paper's, which never ends in 25 minutes

@@ -16,8 +16,10 @@ def plot(results, path):
     import matplotlib.pyplot as plt
 
     names = (("ours", "tf_transformer"), ("opennmt", "OpenNMT-tf 2.32"))
-    keys = ["curve_train"] + (["curve_dev"] if any((results.get(n) or {}).get("curve_dev")
-                                                   for n, _ in names) else [])
+    keys = ["curve_train"] + [key for key in ("curve_dev", "curve_dev_bleu")
+                              if any((results.get(n) or {}).get(key) for n, _ in names)]
+    titles = {"curve_train": "training loss per target token (label smoothing 0.1)",
+              "curve_dev": "dev loss", "curve_dev_bleu": "dev sacreBLEU (each kept checkpoint)"}
     fig, axes = plt.subplots(1, len(keys), figsize=(5.5 * len(keys), 4), squeeze=False)
     axes = axes[0]
     for name, label in names:
@@ -26,10 +28,8 @@ def plot(results, path):
             points = r.get(key) or []
             if points:
                 ax.plot([t / 60 for t, _ in points], [v for _, v in points], marker=".", label=label)
-    axes[0].set_title("training loss per target token (label smoothing 0.1)")
-    if len(axes) > 1:
-        axes[1].set_title("dev loss")
-    for ax in axes:
+    for ax, key in zip(axes, keys):
+        ax.set_title(titles[key])
         ax.set_xlabel("minutes since process start")
         ax.legend()
         ax.grid(alpha=0.3)
@@ -46,6 +46,9 @@ def report(results):
             return
         print(f"{name}: {a_name}={a:.2f}{unit} {b_name}={b:.2f}{unit} ratio={a / b:.2f}")
 
+    for name, r in (("ours", ours), ("opennmt", onmt)):
+        if r.get("schedule") is not None:
+            print(f"schedule {name}: {r.get('setting', 'small preset')} {r['schedule']}")
     common = results["common_tokens"]
     line("train_tokens_per_sec (own count)", ours.get("tokens_per_sec"), onmt.get("tokens_per_sec"))
     line("train_tokens_per_sec (common count: pieces + target EOS)",
@@ -56,6 +59,11 @@ def report(results):
          onmt.get("tokens_per_step") and onmt["tokens_per_step"] * common["opennmt"])
     line("train_mfu", ours.get("mfu"), onmt.get("mfu"))
     line("train_peak_rss_mb", ours.get("peak_rss_mb"), onmt.get("peak_rss_mb"))
+    for name, r in (("ours", ours), ("opennmt", onmt)):
+        if r.get("curve_dev_bleu"):
+            t, best = max(r["curve_dev_bleu"], key=lambda point: point[1])
+            print(f"dev_bleu {name}: last={r['curve_dev_bleu'][-1][1]:.2f} "
+                  f"best={best:.2f} at {t / 60:.1f} min")
     print(f"test_bleu: ours={ours.get('test_bleu')} opennmt={onmt.get('test_bleu')} "
           f"difference={(ours.get('test_bleu') or 0) - (onmt.get('test_bleu') or 0):.2f}")
     for peer in ("ctranslate2_float32", "ctranslate2_int8"):

@@ -36,7 +36,13 @@ sys.path.insert(0, REPO)
 SPLITS = ("train", "dev", "test")
 ONMT_VENV = os.path.join(HERE, ".venvs", "opennmt", "bin")
 CT2_VENV = os.path.join(HERE, ".venvs", "ctranslate2", "bin")
+# Ours trains with its `small` preset's schedule, the best of its own dev-split sweep
+# (bench/sweeps/small_cpu.txt); OpenNMT-tf with the best setting of the same sweep run
+# for it on the same dev pairs:
+OPENNMT_SWEEP = os.path.join(REPO, "bench", "sweeps", "opennmt_small_cpu.txt")
+OPENNMT_SETTING = "onmt_w1600_pre"
 
+from bench.compare import dev_curves  # noqa: E402
 from bench.compare.report import plot, report  # noqa: E402
 from bench.compare.train_logs import parse_opennmt_train, parse_ours_train  # noqa: E402
 
@@ -58,6 +64,12 @@ def parse_args():
                              "earlier run (to re-measure decoding after a change).")
     parser.add_argument("--ours_flags", default="",
                         help="Extra flags for our trainer, space separated (e.g. --jit_compile).")
+    parser.add_argument("--opennmt_setting", default=OPENNMT_SETTING,
+                        help="OpenNMT-tf's schedule: a setting name of " + OPENNMT_SWEEP + ", the "
+                             "best on dev of its sweep (bench/schedule_sweep.py; BUILD.md).")
+    parser.add_argument("--dev_curve_sentences", type=int, default=300,
+                        help="Dev BLEU of every kept checkpoint on this many dev pairs, after "
+                             "training (dev_curves.py; 0: no dev-BLEU curves).")
     return parser.parse_args()
 
 
@@ -122,6 +134,7 @@ def prepare_data(args, work):
     test = pairs["test"]
     n = args.test_sentences or len(test.sources)
     return {"data": data, "vocab": vocab, "onmt_vocab": onmt_vocab, "sp": sp,
+            "dev_sources": pairs["dev"].sources, "dev_targets": pairs["dev"].targets,
             "mean_source": statistics.mean(src), "mean_target": statistics.mean(tgt),
             "test_sources": test.sources[:n], "test_targets": test.targets[:n]}
 
@@ -154,6 +167,7 @@ def train_opennmt(args, work, d, name="opennmt", schedule=None):
                                 str(args.minutes), "--log_level", "INFO"] + base + ["train"],
                                os.path.join(work, f"{name}_train.log"), env=env)
     return {"base_args": base, "env": env, "model_dir": model_dir, "peak_rss_mb": rss,
+            "schedule": schedule, "train_log": os.path.join(work, f"{name}_train.log"),
             **parse_opennmt_train(lines), "counts": "source pieces (no EOS) + target pieces + EOS"}
 
 
@@ -164,9 +178,15 @@ def train_ours(args, work, d):
          "--flagfile=tf_transformer/recipes/small_cpu.flags", f"--max_minutes={args.minutes}",
          f"--model_dir={model_dir}", f"--vocab={d['vocab']}", f"--log_every={_log_every(args)}",
          f"--train_data={os.path.join(args.corpus_dir, 'train.tsv')}",
-         "--dev_data="] + args.ours_flags.split(),
+         "--dev_data=", "--keep_checkpoints=100"] + args.ours_flags.split(),
         os.path.join(work, "ours_train.log"))
+    with open(os.path.join(model_dir, "config.json")) as f:
+        config = json.load(f)
     return {"model_dir": model_dir, "peak_rss_mb": rss, **parse_ours_train(lines),
+            "schedule": {"warmup_steps": config["train"]["warmup_steps"],
+                         "learning_rate_scale": config["train"]["learning_rate_scale"],
+                         "pre_norm": config["model"]["pre_norm"]},
+            "train_log": os.path.join(work, "ours_train.log"),
             "counts": "source pieces + EOS + target pieces + EOS"}
 
 
@@ -329,9 +349,14 @@ def main():
         peak = results["matmul_peak_flops"]
     else:
         if "opennmt" not in skip:
-            results["opennmt"] = train_opennmt(args, work, d)
+            from bench.schedule_sweep import opennmt_schedule, read_settings
+            flags = dict(read_settings(OPENNMT_SWEEP))[args.opennmt_setting]
+            results["opennmt"] = train_opennmt(args, work, d, schedule=opennmt_schedule(flags))
+            results["opennmt"]["setting"] = args.opennmt_setting
         if "ours" not in skip:
             results["ours"] = train_ours(args, work, d)
+        if args.dev_curve_sentences:
+            dev_curves.add_dev_curves(args, work, d, results)
         with open(training_json, "w") as f:
             json.dump({k: results[k] for k in ("opennmt", "ours", "matmul_peak_flops")
                        if k in results}, f)

@@ -1,0 +1,85 @@
+"""Dev BLEU against training minutes, for both systems of the side-by-side.
+
+After training, every checkpoint a system kept is translated by that system's own
+decoder (beam 4, length penalty 0.6) on the first N pairs of the **dev** split and
+scored here with sacreBLEU, so scoring takes none of the training budget. A
+checkpoint's minute is when its trainer logged saving it (both log `saved checkpoint
+PATH`), on the same clock as the training-loss curve.
+"""
+
+import os
+import re
+import subprocess
+import sys
+
+
+def checkpoint_seconds(lines) -> dict:
+    """(seconds, line) pairs of a training log -> {checkpoint file name: seconds}."""
+    saved = {}
+    for seconds, line in lines:
+        match = re.search(r"[Ss]aved checkpoint (\S+)", line)
+        if match:
+            saved[os.path.basename(match.group(1))] = seconds
+    return saved
+
+
+def curve(checkpoints, seconds, score) -> list:
+    """[(seconds, score(checkpoint))] for the checkpoints whose saving was logged, in time
+    order (a checkpoint saved outside the logged run has no minute, and is left out)."""
+    timed = sorted((seconds[os.path.basename(c)], c) for c in checkpoints
+                   if os.path.basename(c) in seconds)
+    return [(t, score(c)) for t, c in timed]
+
+
+def kept_checkpoints(model_dir: str) -> list:
+    """The checkpoints a model directory's manager still lists (both systems use one)."""
+    import tensorflow as tf
+
+    state = tf.train.get_checkpoint_state(model_dir)
+    return list(state.all_model_checkpoint_paths) if state else []
+
+
+def add_dev_curves(args, work, d, results) -> None:
+    """Adds `curve_dev_bleu` [(seconds, BLEU)] to each trained system's results
+    (run_protocol's `results`, `d` its prepare_data)."""
+    from bench.compare import run_protocol as protocol
+    from bench.compare.train_logs import read_logged
+
+    count = args.dev_curve_sentences
+    sources, references = d["dev_sources"][:count], d["dev_targets"][:count]
+    dev_tsv = os.path.join(work, "dev_curve.tsv")
+    with open(dev_tsv, "w", encoding="utf-8") as f:
+        f.writelines(f"{s}\t{t}\n" for s, t in zip(sources, references))
+    pieces = os.path.join(work, "dev_curve.en.sp")
+    with open(pieces, "w", encoding="utf-8") as f:
+        f.writelines(" ".join(d["sp"].encode(s, out_type=str)) + "\n" for s in sources)
+
+    def score_ours(checkpoint):
+        hypotheses = os.path.join(work, "dev_curve_ours.hyp")
+        subprocess.run([sys.executable, "-m", "tf_transformer.evaluate",
+                        f"--model_dir={results['ours']['model_dir']}", f"--checkpoint={checkpoint}",
+                        f"--data={dev_tsv}", "--batch_size=32", "--beam_size=4", "--alpha=0.6",
+                        f"--hypotheses={hypotheses}", "--noprogress"],
+                       cwd=protocol.REPO, check=True, capture_output=True)
+        with open(hypotheses, encoding="utf-8") as f:
+            return protocol.bleu([line.rstrip("\n") for line in f], references)
+
+    def score_opennmt(checkpoint):
+        predictions = os.path.join(work, "dev_curve_opennmt.pred.sp")
+        subprocess.run([os.path.join(protocol.ONMT_VENV, "onmt-main")]
+                       + results["opennmt"]["base_args"]
+                       + ["--checkpoint_path", checkpoint, "infer", "--features_file", pieces,
+                          "--predictions_file", predictions],
+                       check=True, capture_output=True,
+                       env={**os.environ, **results["opennmt"].get("env", {})})
+        with open(predictions, encoding="utf-8") as f:
+            return protocol.bleu([d["sp"].decode(line.split()) for line in f], references)
+
+    for name, score in (("ours", score_ours), ("opennmt", score_opennmt)):
+        r = results.get(name)
+        if not r or "train_log" not in r:
+            continue
+        seconds = checkpoint_seconds(read_logged(r["train_log"]))
+        r["curve_dev_bleu"] = curve(kept_checkpoints(r["model_dir"]), seconds, score)
+        print(f"dev_bleu_curve {name} (minutes, BLEU on {len(references)} dev pairs): "
+              + " ".join(f"{t / 60:.1f}:{b:.2f}" for t, b in r["curve_dev_bleu"]), flush=True)
