@@ -31,19 +31,13 @@ def curve(checkpoints, seconds, score) -> list:
     return [(t, score(c)) for t, c in timed]
 
 
-def kept_checkpoints(model_dir: str) -> list:
-    """The checkpoints a model directory's manager still lists (both systems use one)."""
-    import tensorflow as tf
-
-    state = tf.train.get_checkpoint_state(model_dir)
-    return list(state.all_model_checkpoint_paths) if state else []
-
-
 def add_dev_curves(args, work, d, results) -> None:
     """Adds `curve_dev_bleu` [(seconds, BLEU)] to each trained system's results
     (run_protocol's `results`, `d` its prepare_data)."""
     from bench.compare import run_protocol as protocol
     from bench.compare.train_logs import read_logged
+    # Both systems keep their checkpoints with TensorFlow's CheckpointManager.
+    from tf_transformer.training.checkpoints import checkpoint_paths
 
     count = args.dev_curve_sentences
     sources, references = d["dev_sources"][:count], d["dev_targets"][:count]
@@ -80,6 +74,6 @@ def add_dev_curves(args, work, d, results) -> None:
         if not r or "train_log" not in r:
             continue
         seconds = checkpoint_seconds(read_logged(r["train_log"]))
-        r["curve_dev_bleu"] = curve(kept_checkpoints(r["model_dir"]), seconds, score)
+        r["curve_dev_bleu"] = curve(checkpoint_paths(r["model_dir"]), seconds, score)
         print(f"dev_bleu_curve {name} (minutes, BLEU on {len(references)} dev pairs): "
               + " ".join(f"{t / 60:.1f}:{b:.2f}" for t, b in r["curve_dev_bleu"]), flush=True)
