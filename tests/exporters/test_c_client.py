@@ -83,3 +83,16 @@ def test_c_client_translates_as_the_python_saved_model(client, exported):
 def test_c_client_reads_names_from_the_signature_def(client, exported, args, message):
     run = _run(client, exported, b"Fonts\n", *args)
     assert run.returncode == 1 and message in run.stderr, run.stderr.decode()[-3000:]
+
+
+@pytest.mark.slow
+def test_c_client_thread_pools_keep_the_translations(client, exported):
+    # The flags become a serialized ConfigProto: TF_SetConfig rejects a malformed one, and
+    # 300 takes a two-byte varint. Thread counts change scheduling, never the outputs.
+    data = b"Fonts und Farben\nEdit Points\nInserting a chart\n"
+    default = _run(client, exported, data)
+    assert default.returncode == 0, default.stderr.decode()[-3000:]
+    for args in (["--intra_op_threads=1"], ["--intra_op_threads=1", "--inter_op_threads=300"]):
+        run = _run(client, exported, data, *args)
+        assert run.returncode == 0, run.stderr.decode()[-3000:]
+        assert run.stdout == default.stdout

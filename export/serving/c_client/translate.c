@@ -2,7 +2,8 @@
  *
  *   translate --saved_model=EXPORT_DIR/1 --ops_library=.../_sentencepiece_tokenizer.so
  *             [--batch_size=32] [--signature=serving_default] [--input=text]
- *             [--output=translation] < in.txt > out.txt
+ *             [--output=translation] [--intra_op_threads=N] [--inter_op_threads=N]
+ *             < in.txt > out.txt
  *
  * Loads the tensorflow-text ops (SentencepieceOp, ...) with TF_LoadLibrary, then the
  * version with TF_LoadSessionFromSavedModel and tag "serve" (the loader TF Serving
@@ -10,6 +11,9 @@
  * runs it on batches of lines: one output line per input line, in order (newlines in
  * a translation become spaces; a trailing "\r" of an input line is dropped).
  * stderr ends with one timing line: sentences/s of the session runs alone.
+ * --intra_op_threads / --inter_op_threads set the session's thread pools (a ConfigProto
+ * through TF_SetConfig), as TF Serving's --tensorflow_intra_op_parallelism and
+ * --tensorflow_inter_op_parallelism do; 0 (the default) leaves TensorFlow's choice.
  */
 #define _POSIX_C_SOURCE 200809L  /* getline, clock_gettime */
 #include <stdint.h>
@@ -144,6 +148,22 @@ static const char *flag(int argc, char **argv, const char *name, const char *fal
   return fallback;
 }
 
+/* ConfigProto with intra_op_parallelism_threads (field 2) and inter_op_parallelism_threads
+ * (field 5), each a varint written only when positive. */
+static size_t thread_config(int intra, int inter, uint8_t *proto) {
+  size_t n = 0;
+  int fields[2][2] = {{2, intra}, {5, inter}};
+  for (int f = 0; f < 2; f++) {
+    if (fields[f][1] <= 0) continue;
+    proto[n++] = (uint8_t)(fields[f][0] << 3);
+    for (uint32_t v = (uint32_t)fields[f][1]; ; v >>= 7) {
+      proto[n++] = (uint8_t)((v & 0x7f) | (v > 0x7f ? 0x80 : 0));
+      if (v <= 0x7f) break;
+    }
+  }
+  return n;
+}
+
 int main(int argc, char **argv) {
   const char *export_dir = flag(argc, argv, "--saved_model", NULL);
   const char *signature_name = flag(argc, argv, "--signature", "serving_default");
@@ -162,6 +182,11 @@ int main(int argc, char **argv) {
   double start = now();
   TF_Graph *graph = TF_NewGraph();
   TF_SessionOptions *options = TF_NewSessionOptions();
+  uint8_t config[16];
+  size_t config_length = thread_config(atoi(flag(argc, argv, "--intra_op_threads", "0")),
+                                       atoi(flag(argc, argv, "--inter_op_threads", "0")), config);
+  TF_SetConfig(options, config, config_length, status);
+  if (TF_GetCode(status) != TF_OK) die("session config", status);
   TF_Buffer *meta_graph = TF_NewBuffer();
   const char *tags[] = {"serve"};
   TF_Session *session = TF_LoadSessionFromSavedModel(options, NULL, export_dir, tags, 1, graph,
