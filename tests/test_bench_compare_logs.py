@@ -57,3 +57,21 @@ def test_protocol_trains_opennmt_with_a_setting_of_its_sweep():
     settings = dict(schedule_sweep.read_settings(run_protocol.OPENNMT_SWEEP))
     schedule = schedule_sweep.opennmt_schedule(settings[run_protocol.OPENNMT_SETTING])
     assert schedule["warmup_steps"] < 4000  # not the paper's, which never ends in 25 minutes
+
+
+def test_a_skipped_system_keeps_its_earlier_training(tmp_path, capsys):
+    # A 90-minute budget trains one system per session: the other's entry is kept.
+    import json
+
+    from bench.compare import report, run_protocol
+
+    path = tmp_path / "training.json"
+    assert run_protocol.earlier_trainings(str(path), ["opennmt"]) == {}
+    earlier = {"ours": {"test_bleu": 30.0, "cpu": "Xeon"},
+               "opennmt": {"test_bleu": 25.0, "cpu": "EPYC"}, "matmul_peak_flops": 1e11}
+    path.write_text(json.dumps(earlier))
+    assert run_protocol.earlier_trainings(str(path), ["opennmt", "decode"]) == {
+        "opennmt": earlier["opennmt"]}
+    assert run_protocol.earlier_trainings(str(path), [""]) == {}
+    report.report({**earlier, "decode": {}, "common_tokens": {"ours": 1.0, "opennmt": 1.0}})
+    assert "different CPUs" in capsys.readouterr().out

@@ -71,7 +71,7 @@ def add_dev_curves(args, work, d, results) -> None:
 
     for name, score in (("ours", score_ours), ("opennmt", score_opennmt)):
         r = results.get(name)
-        if not r or "train_log" not in r:
+        if not r or "train_log" not in r or "curve_dev_bleu" in r:  # kept from an earlier run
             continue
         seconds = checkpoint_seconds(read_logged(r["train_log"]))
         r["curve_dev_bleu"] = curve(checkpoint_paths(r["model_dir"]), seconds, score)

@@ -46,6 +46,9 @@ def report(results):
             return
         print(f"{name}: {a_name}={a:.2f}{unit} {b_name}={b:.2f}{unit} ratio={a / b:.2f}")
 
+    cpus = {name: r["cpu"] for name, r in (("ours", ours), ("opennmt", onmt)) if r.get("cpu")}
+    if len(set(cpus.values())) > 1:
+        print(f"warning: the two trainings ran on different CPUs: {cpus}")
     for name, r in (("ours", ours), ("opennmt", onmt)):
         if r.get("schedule") is not None:
             print(f"schedule {name}: {r.get('setting', 'small preset')} {r['schedule']}")
@@ -71,7 +74,7 @@ def report(results):
         if p.get("backend"):
             print(f"decode {peer} backend={p['backend']} (the faster; others: "
                   f"{p.get('other_backends')})")
-    for ours_name in ("ours_savedmodel_xla", "ours_savedmodel") if dec else ():  # --skip=decode
+    for ours_name in ("ours_savedmodel_xla", "ours_savedmodel", "ours_savedmodel_1thread") if dec else ():  # --skip=decode
         ours_d = dec.get(ours_name) or {}
         if ours_d.get("xla_compiled_shapes"):
             print(f"decode {ours_name} warm-up: {ours_d['xla_compiled_shapes']} shapes compiled "

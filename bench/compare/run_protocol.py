@@ -12,10 +12,11 @@ Runs in our .venv; the peers run as subprocesses in bench/compare/.venvs
      gives the learning curves (loss against minutes) of both;
   4. test BLEU with each system's own decoder (OpenNMT-tf `infer`, our
      `tf_transformer.evaluate`), scored here with sacreBLEU on detokenized text;
-  5. exports: OpenNMT-tf's SavedModel, ours (`python -m export`), ours converted
-     to CTranslate2 (tf_transformer/exporters/ctranslate2.py); decode throughput at
-     batch 32, beam 4, and batch-1 latency of each (decode_peer.py), CTranslate2 in
-     float32 and int8 on our weights.
+  5. exports: OpenNMT-tf's SavedModel, ours (`python -m export`, default and XLA), ours
+     converted to CTranslate2 (tf_transformer/exporters/ctranslate2.py); decode throughput
+     at batch 32, beam 4, and batch-1 latency of each (decode_peer.py), CTranslate2 in
+     float32 and int8 on our weights, our default export also with one intra-op thread
+     (decode_benchmark.py).
 Prints one line per figure (both values and the ratio), writes WORK_DIR/figures.json
 and bench/compare_learning_curves.png. See bench/compare/README.md.
 """
@@ -42,7 +43,7 @@ CT2_VENV = os.path.join(HERE, ".venvs", "ctranslate2", "bin")
 OPENNMT_SWEEP = os.path.join(REPO, "bench", "sweeps", "opennmt_small_cpu.txt")
 OPENNMT_SETTING = "onmt_w1600_pre"
 
-from bench.compare import dev_curves  # noqa: E402
+from bench.compare import decode_benchmark, dev_curves  # noqa: E402
 from bench.compare.report import plot, report  # noqa: E402
 from bench.compare.train_logs import parse_opennmt_train, parse_ours_train  # noqa: E402
 
@@ -58,7 +59,9 @@ def parse_args():
     parser.add_argument("--plot", default=os.path.join(REPO, "bench", "compare_learning_curves.png"))
     parser.add_argument("--vocab_size", type=int, default=8000)
     parser.add_argument("--skip", default="", help="Comma list of: opennmt,ours,ctranslate2,decode (decode: training "
-                             "and test BLEU only, no export or decoding benchmark).")
+                             "and test BLEU only, no export or decoding benchmark). A system skipped "
+                             "in training keeps its entry of an earlier WORK_DIR/training.json, so "
+                             "the two trainings of a long budget can run in two sessions.")
     parser.add_argument("--reuse_training", action="store_true",
                         help="Skip training: reuse WORK_DIR/training.json and the model dirs of an "
                              "earlier run (to re-measure decoding after a change).")
@@ -190,6 +193,20 @@ def train_ours(args, work, d):
             "counts": "source pieces + EOS + target pieces + EOS"}
 
 
+def earlier_trainings(training_json, skip) -> dict:
+    """The entries of an earlier training.json for the systems skipped now (none if absent)."""
+    if not os.path.exists(training_json):
+        return {}
+    with open(training_json) as f:
+        return {k: v for k, v in json.load(f).items() if k in ("opennmt", "ours") and k in skip}
+
+
+def cpu_model() -> str:
+    """The CPU's model name: a system trained in another session is only compared on the same."""
+    with open("/proc/cpuinfo") as f:
+        return next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
+
+
 def _log_every(args) -> int:
     """Steps between throughput/loss lines (the learning curves' points): 25, 10 for smoke runs."""
     return 25 if args.minutes >= 10 else 10
@@ -199,94 +216,6 @@ def _log_every(args) -> int:
 def bleu(hypotheses, references):
     import sacrebleu
     return sacrebleu.corpus_bleu(hypotheses, [references]).score
-
-
-def decode(python, system, model, sources, work, name, args, env=None, **extra):
-    out = os.path.join(work, f"decode_{name}.json")
-    command = [python, os.path.join(HERE, "decode_peer.py"), f"--system={system}",
-               f"--model={model}", f"--sources={sources}", f"--output={out}",
-               f"--latency_sentences={args.latency_sentences}"]
-    command += [f"--{k}={v}" for k, v in extra.items()]
-    _, rss, rc = run_logged(command, os.path.join(work, f"decode_{name}.log"), env=env)
-    if rc:
-        return None
-    with open(out, encoding="utf-8") as f:
-        figures = json.load(f)
-    figures["process_peak_rss_mb"] = rss
-    return figures
-
-
-def decode_all(args, work, d, results):
-    sp, sources, refs = d["sp"], d["test_sources"], d["test_targets"]
-    order = sorted(range(len(sources)), key=lambda i: len(sp.encode(sources[i])))
-    text_file, pieces_file = os.path.join(work, "test_sorted.txt"), os.path.join(work, "test_sorted.sp")
-    with open(text_file, "w", encoding="utf-8") as f:
-        f.writelines(sources[i] + "\n" for i in order)
-    with open(pieces_file, "w", encoding="utf-8") as f:
-        f.writelines(" ".join(sp.encode(sources[i], out_type=str)) + "\n" for i in order)
-    sorted_refs = [refs[i] for i in order]
-
-    def finish(figures, from_pieces):
-        if figures is None:
-            return None
-        texts = [sp.decode(t.split()) if from_pieces else t for t in figures.pop("translations")]
-        tokens = sum(len(sp.encode(t)) + 1 for t in texts)  # pieces + EOS, the same count for all
-        figures["target_tokens_per_sec"] = tokens / figures["batch_seconds"]
-        figures["bleu_of_this_decoder"] = bleu(texts, sorted_refs)
-        return figures
-
-    skip = args.skip.split(",")
-    if "ours" not in skip:
-        # Our best decoder (the XLA search, DecodeConfig.jit_compile) and the default export.
-        for name, flags in (("ours_savedmodel_xla", ["--decode_jit_compile"]),
-                            ("ours_savedmodel", [])):
-            export_dir = os.path.join(work, "export_" + name)
-            out = subprocess.run([sys.executable, "-m", "export",
-                                  f"--model_dir={results['ours']['model_dir']}",
-                                  f"--export_dir={export_dir}"] + flags,
-                                 cwd=REPO, capture_output=True, text=True)
-            if out.returncode == 0:
-                path = out.stdout.strip().splitlines()[-1]
-                results["decode"][name] = finish(decode(
-                    sys.executable, "tf_transformer", path, text_file, work, name, args), False)
-            else:
-                print(f"{name} export failed:\n" + out.stderr[-2000:])
-        if "ctranslate2" not in skip:
-            from tf_transformer.exporters import ctranslate2 as ctranslate2_export
-            ct2_dir = ctranslate2_export.run_export(results["ours"]["model_dir"],
-                                                    os.path.join(work, "ct2_ours"))
-            for compute_type in ("float32", "int8"):
-                results["decode"][f"ctranslate2_{compute_type}"] = ctranslate2_best(
-                    lambda backend, env: finish(decode(
-                        os.path.join(CT2_VENV, "python"), "ctranslate2", ct2_dir, pieces_file,
-                        work, f"ct2_{compute_type}_{backend}", args, env=env,
-                        compute_type=compute_type), True))
-    if "opennmt" not in skip:
-        export_dir = os.path.join(work, "export_opennmt")
-        run_logged([os.path.join(ONMT_VENV, "onmt-main")] + results["opennmt"]["base_args"]
-                   + ["export", "--output_dir", export_dir, "--export_format", "saved_model"],
-                   os.path.join(work, "opennmt_export.log"), env=results["opennmt"].get("env"))
-        results["decode"]["opennmt_savedmodel"] = finish(decode(
-            os.path.join(ONMT_VENV, "python"), "opennmt", export_dir, pieces_file, work,
-            "opennmt", args), True)
-
-
-def ctranslate2_best(decode_with):
-    """CTranslate2's faster GEMM backend on this machine: it uses Intel MKL by default on
-    Intel CPUs and oneDNN elsewhere (CT2_USE_MKL); on a 2-vCPU AVX-512 Xeon MKL ran
-    2x slower at batch 32 and 7x at batch 1 than oneDNN, so both are measured and
-    the peer is reported with the faster (`backend`, and the other's figures)."""
-    runs = {}
-    for backend, use_mkl in (("mkl", "1"), ("onednn", "0")):
-        figures = decode_with(backend, {"CT2_USE_MKL": use_mkl})
-        if figures:
-            runs[backend] = figures
-    if not runs:
-        return None
-    best = max(runs, key=lambda b: runs[b]["sentences_per_sec"])
-    other = {b: {k: runs[b][k] for k in ("sentences_per_sec", "latency_p50_ms")}
-             for b in runs if b != best}
-    return {**runs[best], "backend": best, "other_backends": other}
 
 
 def test_bleu(args, work, d, results):
@@ -348,6 +277,7 @@ def main():
                             if k in ("opennmt", "ours", "matmul_peak_flops")})
         peak = results["matmul_peak_flops"]
     else:
+        results.update(earlier_trainings(training_json, skip))
         if "opennmt" not in skip:
             from bench.schedule_sweep import opennmt_schedule, read_settings
             flags = dict(read_settings(OPENNMT_SWEEP))[args.opennmt_setting]
@@ -355,19 +285,23 @@ def main():
             results["opennmt"]["setting"] = args.opennmt_setting
         if "ours" not in skip:
             results["ours"] = train_ours(args, work, d)
+        for name in ("opennmt", "ours"):
+            if name not in skip and results.get(name):
+                results[name].update(matmul_peak_flops=peak, cpu=cpu_model())
         if args.dev_curve_sentences:
             dev_curves.add_dev_curves(args, work, d, results)
-        with open(training_json, "w") as f:
-            json.dump({k: results[k] for k in ("opennmt", "ours", "matmul_peak_flops")
-                       if k in results}, f)
     for name in ("opennmt", "ours"):
         r = results.get(name)
         if r and r["tokens_per_sec"]:
             common = r["tokens_per_sec"] * results["common_tokens"][name]
-            r["mfu"] = common / (s + t + 1) * flops_per_pair / peak
+            r["mfu"] = common / (s + t + 1) * flops_per_pair / r.get("matmul_peak_flops", peak)
     test_bleu(args, work, d, results)
+    if not args.reuse_training:  # the trainings, their curves and test BLEU
+        with open(training_json, "w") as f:
+            json.dump({k: results[k] for k in ("opennmt", "ours", "matmul_peak_flops")
+                       if k in results}, f)
     if "decode" not in skip:
-        decode_all(args, work, d, results)
+        decode_benchmark.decode_all(args, work, d, results)
     plot(results, args.plot)
     report(results)
     with open(os.path.join(work, "figures.json"), "w") as f:

@@ -1,0 +1,119 @@
+"""The protocol's decoding benchmark (run_protocol.py step 5): each system's export
+decoded by decode_peer.py in its own venv, on the same length-sorted test sentences.
+
+Ours is measured three ways: the XLA export (`--decode_jit_compile`, one compiled
+search), the default export (two graph-mode searches side by side), and the default
+export with one intra-op thread per process (`decode_peer.py --threads=1`), the serving
+setting that lets those two searches run without waiting for each other's GEMM threads
+(TF Serving's `--tensorflow_intra_op_parallelism=1`, the C client's `--intra_op_threads=1`).
+CTranslate2 (float32, int8) on our converted weights and OpenNMT-tf's own export are the peers.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+# Our rows: (name, export flags, decode_peer flags). The default export is made once.
+OURS = (("ours_savedmodel_xla", ("--decode_jit_compile",), {}),
+        ("ours_savedmodel", (), {}),
+        ("ours_savedmodel_1thread", (), {"threads": 1}))
+
+
+def decode(python, system, model, sources, work, name, args, env=None, **extra):
+    """decode_peer.py's figures for one system and setting (None if it failed)."""
+    from bench.compare.run_protocol import HERE, run_logged
+
+    out = os.path.join(work, f"decode_{name}.json")
+    command = [python, os.path.join(HERE, "decode_peer.py"), f"--system={system}",
+               f"--model={model}", f"--sources={sources}", f"--output={out}",
+               f"--latency_sentences={args.latency_sentences}"]
+    command += [f"--{k}={v}" for k, v in extra.items()]
+    _, rss, rc = run_logged(command, os.path.join(work, f"decode_{name}.log"), env=env)
+    if rc:
+        return None
+    with open(out, encoding="utf-8") as f:
+        figures = json.load(f)
+    figures["process_peak_rss_mb"] = rss
+    return figures
+
+
+def decode_all(args, work, d, results):
+    """Every system's decoding figures into results["decode"][name]."""
+    from bench.compare.run_protocol import CT2_VENV, ONMT_VENV, REPO, bleu, run_logged
+
+    sp, sources, refs = d["sp"], d["test_sources"], d["test_targets"]
+    order = sorted(range(len(sources)), key=lambda i: len(sp.encode(sources[i])))
+    text_file, pieces_file = os.path.join(work, "test_sorted.txt"), os.path.join(work, "test_sorted.sp")
+    with open(text_file, "w", encoding="utf-8") as f:
+        f.writelines(sources[i] + "\n" for i in order)
+    with open(pieces_file, "w", encoding="utf-8") as f:
+        f.writelines(" ".join(sp.encode(sources[i], out_type=str)) + "\n" for i in order)
+    sorted_refs = [refs[i] for i in order]
+
+    def finish(figures, from_pieces):
+        if figures is None:
+            return None
+        texts = [sp.decode(t.split()) if from_pieces else t for t in figures.pop("translations")]
+        tokens = sum(len(sp.encode(t)) + 1 for t in texts)  # pieces + EOS, the same count for all
+        figures["target_tokens_per_sec"] = tokens / figures["batch_seconds"]
+        figures["bleu_of_this_decoder"] = bleu(texts, sorted_refs)
+        return figures
+
+    skip = args.skip.split(",")
+    if "ours" not in skip:
+        exports = {}
+        for name, export_flags, peer_flags in OURS:
+            if export_flags not in exports:
+                exports[export_flags] = _export_ours(results, work, name, list(export_flags), REPO)
+            if exports[export_flags]:
+                results["decode"][name] = finish(decode(
+                    sys.executable, "tf_transformer", exports[export_flags], text_file, work,
+                    name, args, **peer_flags), False)
+        if "ctranslate2" not in skip:
+            from tf_transformer.exporters import ctranslate2 as ctranslate2_export
+            ct2_dir = ctranslate2_export.run_export(results["ours"]["model_dir"],
+                                                    os.path.join(work, "ct2_ours"))
+            for compute_type in ("float32", "int8"):
+                results["decode"][f"ctranslate2_{compute_type}"] = ctranslate2_best(
+                    lambda backend, env: finish(decode(
+                        os.path.join(CT2_VENV, "python"), "ctranslate2", ct2_dir, pieces_file,
+                        work, f"ct2_{compute_type}_{backend}", args, env=env,
+                        compute_type=compute_type), True))
+    if "opennmt" not in skip:
+        export_dir = os.path.join(work, "export_opennmt")
+        run_logged([os.path.join(ONMT_VENV, "onmt-main")] + results["opennmt"]["base_args"]
+                   + ["export", "--output_dir", export_dir, "--export_format", "saved_model"],
+                   os.path.join(work, "opennmt_export.log"), env=results["opennmt"].get("env"))
+        results["decode"]["opennmt_savedmodel"] = finish(decode(
+            os.path.join(ONMT_VENV, "python"), "opennmt", export_dir, pieces_file, work,
+            "opennmt", args), True)
+
+
+def _export_ours(results, work, name, flags, repo):
+    """`python -m export` of our checkpoint into WORK/export_NAME: the version's path, or None."""
+    export_dir = os.path.join(work, "export_" + name)
+    out = subprocess.run([sys.executable, "-m", "export", f"--model_dir={results['ours']['model_dir']}",
+                          f"--export_dir={export_dir}"] + flags, cwd=repo, capture_output=True, text=True)
+    if out.returncode:
+        print(f"{name} export failed:\n" + out.stderr[-2000:])
+        return None
+    return out.stdout.strip().splitlines()[-1]
+
+
+def ctranslate2_best(decode_with):
+    """CTranslate2's faster GEMM backend on this machine: it uses Intel MKL by default on
+    Intel CPUs and oneDNN elsewhere (CT2_USE_MKL); on a 2-vCPU AVX-512 Xeon MKL ran
+    2x slower at batch 32 and 7x at batch 1 than oneDNN, so both are measured and
+    the peer is reported with the faster (`backend`, and the other's figures)."""
+    runs = {}
+    for backend, use_mkl in (("mkl", "1"), ("onednn", "0")):
+        figures = decode_with(backend, {"CT2_USE_MKL": use_mkl})
+        if figures:
+            runs[backend] = figures
+    if not runs:
+        return None
+    best = max(runs, key=lambda b: runs[b]["sentences_per_sec"])
+    other = {b: {k: runs[b][k] for k in ("sentences_per_sec", "latency_p50_ms")}
+             for b in runs if b != best}
+    return {**runs[best], "backend": best, "other_backends": other}
