@@ -11,6 +11,7 @@ CTranslate2 (float32, int8) on our converted weights and OpenNMT-tf's own export
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -70,6 +71,8 @@ def decode_all(args, work, d, results):
                 results["decode"][name] = finish(decode(
                     sys.executable, "tf_transformer", exports[export_flags], text_file, work,
                     name, args, **peer_flags), False)
+        if exports.get(()):
+            results["decode"]["ours_c_client"] = finish(c_client(exports[()], text_file, work, REPO), False)
         if "ctranslate2" not in skip:
             from tf_transformer.exporters import ctranslate2 as ctranslate2_export
             ct2_dir = ctranslate2_export.run_export(results["ours"]["model_dir"],
@@ -88,6 +91,45 @@ def decode_all(args, work, d, results):
         results["decode"]["opennmt_savedmodel"] = finish(decode(
             os.path.join(ONMT_VENV, "python"), "opennmt", export_dir, pieces_file, work,
             "opennmt", args), True)
+
+
+def c_client(export, text_file, work, repo):
+    """The default export in a non-Python process: export/serving/c_client (TF Serving's
+    session loader), one intra-op thread, batches of 32. Its peak RSS is the process's
+    without Python's runtime; sentences/s leave out the first batch (the first call's
+    graph optimization, which decode_peer.py's warm-up and TF Serving's warmup
+    requests also take before timing). None if it cannot be built or fails."""
+    client_dir = os.path.join(repo, "export", "serving", "c_client")
+    make = ["make", "-s", "-C", client_dir, f"PY={sys.executable}"]
+    built = subprocess.run(make, capture_output=True, text=True)
+    library = subprocess.run(make + ["ops-library"], capture_output=True, text=True).stdout.strip()
+    if built.returncode or not os.path.exists(library):
+        print("c_client build failed:\n" + built.stdout[-1000:] + built.stderr[-1000:])
+        return None
+    command = [os.path.join(client_dir, "translate"), f"--saved_model={export}",
+               f"--ops_library={library}", "--batch_size=32", "--intra_op_threads=1"]
+    if os.path.exists("/usr/bin/time"):
+        command = ["/usr/bin/time", "-f", "peak_rss_kb=%M"] + command
+    print("$ " + " ".join(command), flush=True)
+    with open(text_file, "rb") as f:
+        run = subprocess.run(command, stdin=f, capture_output=True, env={"PATH": os.environ["PATH"]})
+    log = run.stderr.decode("utf-8", "replace")
+    with open(os.path.join(work, "decode_ours_c_client.log"), "w", encoding="utf-8") as f:
+        f.write(log)
+    lines = [line for line in log.splitlines() if line.startswith(("c_client ", "peak_rss_kb="))]
+    timing = dict(re.findall(r"(\w+)=([0-9.]+)", "\n".join(lines)))
+    if run.returncode or "sentences" not in timing:
+        print(f"c_client failed ({run.returncode}): {log[-1000:]}")
+        return None
+    sentences, batch = int(timing["sentences"]), int(timing["batch_size"])
+    seconds, first = float(timing["seconds"]), float(timing["first_batch_seconds"])
+    steady = seconds - first
+    return {"system": "tf_transformer_c_client", "sentences": sentences, "batch_size": batch,
+            "batch_seconds": steady, "sentences_per_sec": (sentences - min(batch, sentences)) / steady,
+            "whole_run_sentences_per_sec": sentences / seconds, "first_batch_seconds": first,
+            "load_seconds": float(timing["load_seconds"]),
+            "process_peak_rss_mb": float(timing.get("peak_rss_kb", "nan")) / 1024,
+            "translations": run.stdout.decode("utf-8").split("\n")[:sentences]}
 
 
 def _export_ours(results, work, name, flags, repo):

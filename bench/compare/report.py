@@ -74,7 +74,8 @@ def report(results):
         if p.get("backend"):
             print(f"decode {peer} backend={p['backend']} (the faster; others: "
                   f"{p.get('other_backends')})")
-    for ours_name in ("ours_savedmodel_xla", "ours_savedmodel", "ours_savedmodel_1thread") if dec else ():  # --skip=decode
+    for ours_name in ("ours_savedmodel_xla", "ours_savedmodel", "ours_savedmodel_1thread",
+                      "ours_c_client") if dec else ():  # --skip=decode
         ours_d = dec.get(ours_name) or {}
         if ours_d.get("xla_compiled_shapes"):
             print(f"decode {ours_name} warm-up: {ours_d['xla_compiled_shapes']} shapes compiled "
