@@ -13,8 +13,8 @@ MINUTES=${DEMO_MINUTES:-8}
 
 echo "== 1/5 train: tiny preset, 4000-piece vocabulary, $MINUTES minutes -> $RUN"
 $PY -m tf_transformer.train --train_data=$DATA/train.tsv --dev_data=$DATA/dev.tsv \
-  --model_dir=$RUN --preset=tiny --vocab_size=4000 --tokens_per_batch=2048 \
-  --warmup_steps=400 --max_length=128 --max_minutes="$MINUTES" --max_steps=1000000 \
+  --model_dir=$RUN --preset=tiny --vocab_size=4000 \
+  --max_length=128 --max_minutes="$MINUTES" --max_steps=1000000 \
   --log_every=100 --checkpoint_minutes=1 --dev_bleu_sentences=0 2>/dev/null
 
 echo "== 2/5 average the last 2 checkpoints -> $RUN/averaged"

@@ -6,14 +6,16 @@ model in `params`.
 
 Names: `base`, `big`; Table 3 variant rows as `<row>_<change>` (`a_h1` = row A
 with h=1, `b_dk16`, `c_n2`, `c_dmodel256`, `c_dff4096`, `d_pdrop0`,
-`d_ls02` = label smoothing 0.2, `e_learned`); `tiny` (tests, demo) and `small`
-(the CPU benchmark protocol: 3+3 layers, d_model 256, 4 heads, d_ff 1024; pre-norm
-and warmup 400, chosen for a CPU budget: the paper presets keep the paper's schedule).
+`d_ls02` = label smoothing 0.2, `e_learned`); `tiny` (2+2 layers, d_model 128: the
+demo, and the best model for a 25-minute CPU budget) and `small` (the CPU benchmark
+protocol: 3+3 layers, d_model 256, 4 heads, d_ff 1024). Both are pre-norm with warmup
+400, `tiny` with 2048 tokens per step, chosen for a CPU budget: the paper presets keep
+the paper's schedule and post-norm.
 """
 
 from __future__ import annotations
 
-from tf_transformer.config import Config, ConfigError, ModelConfig, TrainConfig
+from tf_transformer.config import Config, ConfigError, DataConfig, ModelConfig, TrainConfig
 
 # Table 3: what each row changes from base, and the paper's params column
 # (millions; None where the paper leaves it blank).
@@ -41,15 +43,19 @@ _ROWS: dict[str, tuple[dict, dict, float | None]] = {
             {"max_steps": 300000, "average_last": 20}, 213),
 }
 
+# (model, train, data) changes. Both schedules are the best of the dev-split sweep at 25
+# minutes on 2 cores (BUILD.md, "CPU schedules"): the paper's 4000 warmup steps never end in
+# such a budget, and post-norm collapses at the peak learning rate they need.
 _CPU = {
-    "tiny": ({"num_layers": 2, "d_model": 128, "d_ff": 512, "num_heads": 4, "vocab_size": 8000},
-             {"warmup_steps": 1000}),
-    # Pre-norm and a 400-step warmup (peak learning rate 3.1e-3): the best of the dev-split
-    # sweep at 25 minutes on 2 cores (BUILD.md, "CPU schedules"); the paper's 4000 steps
-    # never leave warmup in such a budget, and post-norm collapses at that peak.
+    # Pre-norm, warmup 400 (peak 4.4e-3) and 2048 tokens per step: the sweep's best setting
+    # (`tiny_t2048_pre`), twice the steps of 4096-token batches in the same minutes.
+    "tiny": ({"num_layers": 2, "d_model": 128, "d_ff": 512, "num_heads": 4, "vocab_size": 8000,
+              "pre_norm": True},
+             {"warmup_steps": 400}, {"tokens_per_batch": 2048}),
+    # Pre-norm and warmup 400 (peak 3.1e-3): the best `small` schedule (`w400_pre`).
     "small": ({"num_layers": 3, "d_model": 256, "d_ff": 1024, "num_heads": 4, "vocab_size": 8000,
                "pre_norm": True},
-              {"warmup_steps": 400}),
+              {"warmup_steps": 400}, {}),
 }
 
 PAPER_PARAMS_MILLIONS = {name: row[2] for name, row in _ROWS.items() if row[2] is not None}
@@ -62,16 +68,18 @@ def preset_names() -> list[str]:
 
 def get_preset(name: str, vocab_size: int | None = None) -> Config:
     """The Config of a named preset; `vocab_size` overrides the preset's."""
+    data_changes = {}
     if name in _ROWS:
         model_changes, train_changes, _ = _ROWS[name]
         model_changes = {"vocab_size": PAPER_VOCAB_SIZE, **model_changes}
     elif name in _CPU:
-        model_changes, train_changes = _CPU[name]
+        model_changes, train_changes, data_changes = _CPU[name]
     else:
         raise ConfigError(f"unknown preset {name!r}; known: {', '.join(preset_names())}")
     if vocab_size is not None:
         model_changes = {**model_changes, "vocab_size": vocab_size}
-    return Config(model=ModelConfig(**model_changes), train=TrainConfig(**train_changes))
+    return Config(model=ModelConfig(**model_changes), data=DataConfig(**data_changes),
+                  train=TrainConfig(**train_changes))
 
 
 def closed_form_params(m: ModelConfig) -> int:
