@@ -36,8 +36,8 @@ def _recording(model: Transformer):
     def recorder(attention, kind, i):
         original = attention.attention_weights
 
-        def attention_weights(q, k, bias):
-            weights = original(q, k, bias)
+        def attention_weights(q, k, bias, step=False):
+            weights = original(q, k, bias, step)
             records[kind][i] = weights
             return weights
         return attention_weights

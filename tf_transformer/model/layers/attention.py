@@ -20,6 +20,19 @@ from tf_transformer.model.cache import SelfAttentionCache
 from tf_transformer.model.layers.linear import linear
 
 
+def _step_matmul(x, y, adj_y=False):
+    """A decoding step's attention product, [b, h, T, d] x [b, h, S, d]^T or
+    [b, h, T, S] x [b, h, S, d], with T a few queries: memory-bound (it reads the
+    cached keys or values once). `tf.matmul` is BatchMatMulV2, which oneDNN builds
+    (AVX-512 CPUs) a kernel for at every new shape, and a step's shapes change as
+    the cache grows and sentences leave: those kernels cost RSS for the process's life,
+    and per call they are slower than Eigen's here (BUILD.md, "Decoding").
+    BatchMatMulV3 (the same product with its output type explicit) has no oneDNN
+    rewrite, so it runs Eigen's kernel; XLA compiles it like V2. Its softmax
+    likewise is exp(log_softmax), LogSoftmax being Eigen's."""
+    return tf.raw_ops.BatchMatMulV3(x=x, y=y, Tout=x.dtype, adj_y=adj_y)
+
+
 def _uniform(fan_in: int, fan_out: int) -> keras.initializers.Initializer:
     """Glorot-uniform limits of the unfused projection, for a fused kernel."""
     limit = math.sqrt(6.0 / (fan_in + fan_out))
@@ -76,18 +89,22 @@ class _Attention(keras.layers.Layer):
         x = tf.reshape(x, shapes.dims(x, 2) + [self.num_heads, depth])
         return tf.transpose(x, [0, 2, 1, 3])
 
-    def attention_weights(self, q, k, bias):
+    def attention_weights(self, q, k, bias, step=False):
         """softmax(Q K^T / sqrt(d_k) + bias) in float32: [batch, h, T, S]."""
         q = q * tf.cast(self.d_k ** -0.5, q.dtype)
+        if step:
+            logits = _step_matmul(q, k, adj_y=True)
+            return tf.exp(tf.nn.log_softmax(tf.cast(logits, tf.float32) + tf.cast(bias, tf.float32)))
         logits = tf.matmul(q, k, transpose_b=True)
         return tf.nn.softmax(tf.cast(logits, tf.float32) + tf.cast(bias, tf.float32))
 
-    def attend(self, q, k, v, bias, training=None, rows=None):
+    def attend(self, q, k, v, bias, training=None, rows=None, step=False):
         """q [b, h, T, d_k], k [b, h, S, d_k], v [b, h, S, d_v] -> [b, T, d_model], or
         to the leading dimensions `rows` when the query axis folds several rows
-        (CrossAttention.step)."""
-        weights = self.weights_dropout(self.attention_weights(q, k, bias), training=training)
-        heads = tf.matmul(tf.cast(weights, v.dtype), v)  # [batch, h, T, d_v]
+        (CrossAttention.step). `step`: a decoding step's few queries (_step_matmul)."""
+        weights = self.weights_dropout(self.attention_weights(q, k, bias, step), training=training)
+        weights = tf.cast(weights, v.dtype)
+        heads = _step_matmul(weights, v) if step else tf.matmul(weights, v)  # [batch, h, T, d_v]
         if heads.shape[2] == 1 and rows is None:  # one query (a decoding step): a reshape
             heads = tf.reshape(heads, shapes.dims(heads, 1) + [1, self.num_heads * self.d_v])
             return linear(heads, self.output_kernel, self.output_bias)
@@ -133,7 +150,7 @@ class SelfAttention(_Attention):
         """
         q, k, v = self.project(x)
         cache = cache.write(tf.cast(k, cache.keys.dtype), tf.cast(v, cache.values.dtype), step)
-        return self.attend(q, cache.keys, cache.values, cache.bias(step)), cache
+        return self.attend(q, cache.keys, cache.values, cache.bias(step), step=True), cache
 
 
 @keras.saving.register_keras_serializable(package="tf_transformer")
@@ -173,4 +190,4 @@ class CrossAttention(_Attention):
         batch = tf.shape(memory_keys)[0] if batch is None else batch
         q = linear(x, self.query_kernel, self.query_bias)
         q = tf.transpose(tf.reshape(q, [batch, -1, self.num_heads, self.d_k]), [0, 2, 1, 3])
-        return self.attend(q, memory_keys, memory_values, bias, rows=shapes.dims(x, 2))
+        return self.attend(q, memory_keys, memory_values, bias, rows=shapes.dims(x, 2), step=True)
