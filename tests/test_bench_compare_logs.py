@@ -75,3 +75,17 @@ def test_a_skipped_system_keeps_its_earlier_training(tmp_path, capsys):
     assert run_protocol.earlier_trainings(str(path), [""]) == {}
     report.report({**earlier, "decode": {}, "common_tokens": {"ours": 1.0, "opennmt": 1.0}})
     assert "different CPUs" in capsys.readouterr().out
+
+
+def test_the_c_clients_figures_leave_out_its_first_batch():
+    from bench.compare.decode_benchmark import c_client_figures
+
+    stderr = ("I0000 some log line\nc_client load_seconds=1.10 batches=3 batch_size=32 sentences=70 "
+              "seconds=8.000 first_batch_seconds=6.000 sentences_per_sec=8.75\npeak_rss_kb=924000\n")
+    figures = c_client_figures(stderr, "".join(f"line {i}\n" for i in range(70)))
+    assert figures["sentences_per_sec"] == 38 / 2.0 and figures["timed_from"] == 32
+    assert figures["whole_run_sentences_per_sec"] == 70 / 8.0
+    assert round(figures["process_peak_rss_mb"]) == 902 and len(figures["translations"]) == 70
+    one_batch = stderr.replace("sentences=70", "sentences=20")
+    assert c_client_figures(one_batch, "")["sentences_per_sec"] == 20 / 8.0
+    assert c_client_figures("translate: load: no such file\n", "") is None

@@ -56,7 +56,8 @@ def decode_all(args, work, d, results):
         if figures is None:
             return None
         texts = [sp.decode(t.split()) if from_pieces else t for t in figures.pop("translations")]
-        tokens = sum(len(sp.encode(t)) + 1 for t in texts)  # pieces + EOS, the same count for all
+        timed = texts[figures.pop("timed_from", 0):]  # the C client's timing skips a batch
+        tokens = sum(len(sp.encode(t)) + 1 for t in timed)  # pieces + EOS, the same count for all
         figures["target_tokens_per_sec"] = tokens / figures["batch_seconds"]
         figures["bleu_of_this_decoder"] = bleu(texts, sorted_refs)
         return figures
@@ -116,20 +117,31 @@ def c_client(export, text_file, work, repo):
     log = run.stderr.decode("utf-8", "replace")
     with open(os.path.join(work, "decode_ours_c_client.log"), "w", encoding="utf-8") as f:
         f.write(log)
-    lines = [line for line in log.splitlines() if line.startswith(("c_client ", "peak_rss_kb="))]
-    timing = dict(re.findall(r"(\w+)=([0-9.]+)", "\n".join(lines)))
-    if run.returncode or "sentences" not in timing:
+    figures = c_client_figures(log, run.stdout.decode("utf-8"))
+    if run.returncode or figures is None:
         print(f"c_client failed ({run.returncode}): {log[-1000:]}")
+        return None
+    return figures
+
+
+def c_client_figures(stderr: str, stdout: str):
+    """The C client's timing line (and /usr/bin/time's peak_rss_kb=) -> decode figures,
+    timed without the first batch when there is more than one; None without the line."""
+    lines = [line for line in stderr.splitlines() if line.startswith(("c_client ", "peak_rss_kb="))]
+    timing = dict(re.findall(r"(\w+)=([0-9.]+)", "\n".join(lines)))
+    if "sentences" not in timing:
         return None
     sentences, batch = int(timing["sentences"]), int(timing["batch_size"])
     seconds, first = float(timing["seconds"]), float(timing["first_batch_seconds"])
-    steady = seconds - first
+    timed_from = batch if sentences > batch else 0  # one batch only: nothing to leave out
+    steady = seconds - first if timed_from else seconds
     return {"system": "tf_transformer_c_client", "sentences": sentences, "batch_size": batch,
-            "batch_seconds": steady, "sentences_per_sec": (sentences - min(batch, sentences)) / steady,
+            "batch_seconds": steady, "sentences_per_sec": (sentences - timed_from) / steady,
+            "timed_from": timed_from,
             "whole_run_sentences_per_sec": sentences / seconds, "first_batch_seconds": first,
             "load_seconds": float(timing["load_seconds"]),
             "process_peak_rss_mb": float(timing.get("peak_rss_kb", "nan")) / 1024,
-            "translations": run.stdout.decode("utf-8").split("\n")[:sentences]}
+            "translations": stdout.split("\n")[:sentences]}
 
 
 def _export_ours(results, work, name, flags, repo):
