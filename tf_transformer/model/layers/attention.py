@@ -28,8 +28,7 @@ def _step_matmul(x, y, adj_y=False):
     the cache grows and sentences leave: those kernels cost RSS for the process's life,
     and per call they are slower than Eigen's here (BUILD.md, "Decoding").
     BatchMatMulV3 (the same product with its output type explicit) has no oneDNN
-    rewrite, so it runs Eigen's kernel; XLA compiles it like V2. Its softmax
-    likewise is exp(log_softmax), LogSoftmax being Eigen's."""
+    rewrite, so it runs Eigen's kernel; XLA compiles it like V2."""
     return tf.raw_ops.BatchMatMulV3(x=x, y=y, Tout=x.dtype, adj_y=adj_y)
 
 
@@ -90,13 +89,13 @@ class _Attention(keras.layers.Layer):
         return tf.transpose(x, [0, 2, 1, 3])
 
     def attention_weights(self, q, k, bias, step=False):
-        """softmax(Q K^T / sqrt(d_k) + bias) in float32: [batch, h, T, S]."""
+        """softmax(Q K^T / sqrt(d_k) + bias) in float32: [batch, h, T, S]. A decoding
+        step's softmax is exp(log_softmax): LogSoftmax, like _step_matmul, has no
+        oneDNN kernel."""
         q = q * tf.cast(self.d_k ** -0.5, q.dtype)
-        if step:
-            logits = _step_matmul(q, k, adj_y=True)
-            return tf.exp(tf.nn.log_softmax(tf.cast(logits, tf.float32) + tf.cast(bias, tf.float32)))
-        logits = tf.matmul(q, k, transpose_b=True)
-        return tf.nn.softmax(tf.cast(logits, tf.float32) + tf.cast(bias, tf.float32))
+        logits = _step_matmul(q, k, adj_y=True) if step else tf.matmul(q, k, transpose_b=True)
+        logits = tf.cast(logits, tf.float32) + tf.cast(bias, tf.float32)
+        return tf.exp(tf.nn.log_softmax(logits)) if step else tf.nn.softmax(logits)
 
     def attend(self, q, k, v, bias, training=None, rows=None, step=False):
         """q [b, h, T, d_k], k [b, h, S, d_k], v [b, h, S, d_v] -> [b, T, d_model], or
