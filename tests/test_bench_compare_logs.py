@@ -59,6 +59,21 @@ def test_protocol_trains_opennmt_with_a_setting_of_its_sweep():
     assert schedule["warmup_steps"] < 4000  # not the paper's, which never ends in 25 minutes
 
 
+def test_both_systems_train_the_same_architecture():
+    # The recipe pins the protocol's 3+3 layers; the FLOP count (one for both systems)
+    # comes from it, and OpenNMT-tf's model file must build the same sizes.
+    import re
+
+    from bench.compare import run_protocol
+
+    model = run_protocol.recipe_model(8000)
+    with open(run_protocol.os.path.join(run_protocol.HERE, "opennmt_model.py")) as f:
+        onmt = dict(re.findall(r"(num_layers|num_units|num_heads|ffn_inner_dim)=(\d+)", f.read()))
+    assert (model.num_layers, model.d_model, model.num_heads, model.d_ff, model.vocab_size) == (
+        int(onmt["num_layers"]), int(onmt["num_units"]), int(onmt["num_heads"]),
+        int(onmt["ffn_inner_dim"]), 8000)
+
+
 def test_a_skipped_system_keeps_its_earlier_training(tmp_path, capsys):
     # A 90-minute budget trains one system per session: the other's entry is kept.
     import json

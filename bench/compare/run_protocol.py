@@ -42,6 +42,8 @@ CT2_VENV = os.path.join(HERE, ".venvs", "ctranslate2", "bin")
 # for it on the same dev pairs:
 OPENNMT_SWEEP = os.path.join(REPO, "bench", "sweeps", "opennmt_small_cpu.txt")
 OPENNMT_SETTING = "onmt_w1600_pre"
+# Our side's flags: the model (3+3 layers, as opennmt_model.py), vocabulary, batch.
+RECIPE = os.path.join(REPO, "tf_transformer", "recipes", "small_cpu.flags")
 
 from bench.compare import decode_benchmark, dev_curves  # noqa: E402
 from bench.compare.report import plot, report  # noqa: E402
@@ -174,11 +176,25 @@ def train_opennmt(args, work, d, name="opennmt", schedule=None):
             **parse_opennmt_train(lines), "counts": "source pieces (no EOS) + target pieces + EOS"}
 
 
+def recipe_model(vocab_size):
+    """The ModelConfig our side trains: RECIPE's preset with its model flags."""
+    import dataclasses
+
+    from tf_transformer import presets
+
+    with open(RECIPE, encoding="utf-8") as f:
+        flags = dict(line.strip()[2:].split("=", 1) for line in f if line.startswith("--"))
+    model = presets.get_preset(flags["preset"], vocab_size).model
+    sizes = [f.name for f in dataclasses.fields(model) if f.type in (int, "int")]
+    return dataclasses.replace(model, **{k: int(v) for k, v in flags.items()
+                                         if k in sizes and k != "vocab_size"})
+
+
 def train_ours(args, work, d):
     model_dir = os.path.join(work, "ours")
     lines, rss, _ = run_logged(
         [sys.executable, "-m", "tf_transformer.train",
-         "--flagfile=tf_transformer/recipes/small_cpu.flags", f"--max_minutes={args.minutes}",
+         f"--flagfile={RECIPE}", f"--max_minutes={args.minutes}",
          f"--model_dir={model_dir}", f"--vocab={d['vocab']}", f"--log_every={_log_every(args)}",
          f"--train_data={os.path.join(args.corpus_dir, 'train.tsv')}",
          "--dev_data=", "--keep_checkpoints=100"] + args.ours_flags.split(),
@@ -256,11 +272,10 @@ def main():
     skip = args.skip.split(",")
     d = prepare_data(args, work)
     from bench.timing import matmul_peak
-    from tf_transformer import presets
     from tf_transformer.model import flops
 
     peak = matmul_peak("float32")
-    model = presets.get_preset("small", args.vocab_size).model
+    model = recipe_model(args.vocab_size)
     s, t = d["mean_source"], d["mean_target"]
     # One FLOP count for both systems: a training step over mean-length pairs
     # (EOS on both sides, BOS-shifted target), per counted token.
