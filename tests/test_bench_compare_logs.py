@@ -104,3 +104,13 @@ def test_the_c_clients_figures_leave_out_its_first_batch():
     one_batch = stderr.replace("sentences=70", "sentences=20")
     assert c_client_figures(one_batch, "")["sentences_per_sec"] == 20 / 8.0
     assert c_client_figures("translate: load: no such file\n", "") is None
+
+
+def test_concurrent_trainings_get_a_core_each():
+    from bench.compare import run_protocol
+
+    assert run_protocol.core_assignment(False) == {"opennmt": None, "ours": None}
+    if len(run_protocol.os.sched_getaffinity(0)) >= 2:
+        cores = run_protocol.core_assignment(True)
+        assert len(cores["opennmt"]) == len(cores["ours"]) == 1
+        assert cores["opennmt"] != cores["ours"]

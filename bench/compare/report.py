@@ -52,6 +52,8 @@ def report(results):
     for name, r in (("ours", ours), ("opennmt", onmt)):
         if r.get("schedule") is not None:
             print(f"schedule {name}: {r.get('setting', 'small preset')} {r['schedule']}")
+        if r.get("cores"):
+            print(f"cores {name}: {r['cores']} (trained concurrently, one core each)")
     common = results["common_tokens"]
     line("train_tokens_per_sec (own count)", ours.get("tokens_per_sec"), onmt.get("tokens_per_sec"))
     line("train_tokens_per_sec (common count: pieces + target EOS)",

@@ -3,7 +3,9 @@
   python bench/compare/run_protocol.py [--minutes=25] [--test_sentences=0] [--work_dir=...]
 
 Runs in our .venv; the peers run as subprocesses in bench/compare/.venvs
-(setup_peers.sh). Steps, one after the other (never two at once: 2 cores):
+(setup_peers.sh). Steps, one after the other (never two at once: 2 cores), except
+that --concurrent trains both systems at once, each pinned to its own core (how a
+longer budget for both fits one session on the same CPU):
   1. one SentencePiece BPE vocabulary of 8000 on the train split (our trainer's
      function), the splits written as pieces for OpenNMT-tf, its vocabulary file;
   2. the float32 matmul peak of this machine (bench/timing.py);
@@ -72,6 +74,10 @@ def parse_args():
     parser.add_argument("--opennmt_setting", default=OPENNMT_SETTING,
                         help="OpenNMT-tf's schedule: a setting name of " + OPENNMT_SWEEP + ", the "
                              "best on dev of its sweep (bench/schedule_sweep.py; BUILD.md).")
+    parser.add_argument("--concurrent", action="store_true",
+                        help="Train both systems at once, each pinned to its own CPU core (a longer budget "
+                             "for both in one session: same machine, same minutes, one core each); the "
+                             "matmul peak is then measured on one core.")
     parser.add_argument("--dev_curve_sentences", type=int, default=300,
                         help="Dev BLEU of every kept checkpoint on this many dev pairs, after "
                              "training (dev_curves.py; 0: no dev-BLEU curves).")
@@ -79,17 +85,19 @@ def parse_args():
 
 
 # -- subprocesses --------------------------------------------------------------
-def run_logged(command, log_path, cwd=REPO, env=None):
+def run_logged(command, log_path, cwd=REPO, env=None, cpus=None):
     """Runs `command` under /usr/bin/time -v; returns (timestamped lines, peak RSS MB, rc).
 
-    Each line of stdout+stderr is kept with the seconds since the start.
+    Each line of stdout+stderr is kept with the seconds since the start. `cpus` (a set of
+    core numbers) pins the process there; TensorFlow sizes its thread pools to it.
     """
     time_bin = "/usr/bin/time"
     full = ([time_bin, "-v"] if os.path.exists(time_bin) else []) + command
     print("$ " + " ".join(command), flush=True)
     start = time.time()
     process = subprocess.Popen(full, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               text=True, errors="replace", env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
+                               text=True, errors="replace", env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
+                               preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
     lines = []
     with open(log_path, "w", buffering=1) as log:  # line-buffered: progress visible
         for line in process.stdout:
@@ -145,7 +153,7 @@ def prepare_data(args, work):
 
 
 # -- training ----------------------------------------------------------------
-def train_opennmt(args, work, d, name="opennmt", schedule=None):
+def train_opennmt(args, work, d, name="opennmt", schedule=None, cpus=None):
     """OpenNMT-tf's run of the protocol; `schedule` (opennmt_schedule) changes its
     learning-rate schedule and norm position, as the dev-split sweep does."""
     schedule = schedule or {}
@@ -170,7 +178,7 @@ def train_opennmt(args, work, d, name="opennmt", schedule=None):
     env = {"OPENNMT_PRE_NORM": "1" if schedule.get("pre_norm") else "0"}
     lines, rss, _ = run_logged([os.path.join(ONMT_VENV, "python"), os.path.join(HERE, "opennmt_train.py"),
                                 str(args.minutes), "--log_level", "INFO"] + base + ["train"],
-                               os.path.join(work, f"{name}_train.log"), env=env)
+                               os.path.join(work, f"{name}_train.log"), env=env, cpus=cpus)
     return {"base_args": base, "env": env, "model_dir": model_dir, "peak_rss_mb": rss,
             "schedule": schedule, "train_log": os.path.join(work, f"{name}_train.log"),
             **parse_opennmt_train(lines), "counts": "source pieces (no EOS) + target pieces + EOS"}
@@ -190,7 +198,7 @@ def recipe_model(vocab_size):
                                          if k in sizes and k != "vocab_size"})
 
 
-def train_ours(args, work, d):
+def train_ours(args, work, d, cpus=None):
     model_dir = os.path.join(work, "ours")
     lines, rss, _ = run_logged(
         [sys.executable, "-m", "tf_transformer.train",
@@ -198,7 +206,7 @@ def train_ours(args, work, d):
          f"--model_dir={model_dir}", f"--vocab={d['vocab']}", f"--log_every={_log_every(args)}",
          f"--train_data={os.path.join(args.corpus_dir, 'train.tsv')}",
          "--dev_data=", "--keep_checkpoints=100"] + args.ours_flags.split(),
-        os.path.join(work, "ours_train.log"))
+        os.path.join(work, "ours_train.log"), cpus=cpus)
     with open(os.path.join(model_dir, "config.json")) as f:
         config = json.load(f)
     return {"model_dir": model_dir, "peak_rss_mb": rss, **parse_ours_train(lines),
@@ -215,6 +223,43 @@ def earlier_trainings(training_json, skip) -> dict:
         return {}
     with open(training_json) as f:
         return {k: v for k, v in json.load(f).items() if k in ("opennmt", "ours") and k in skip}
+
+
+def core_assignment(concurrent) -> dict:
+    """{system: cores it trains on}: one core each when concurrent, else all (None)."""
+    if not concurrent:
+        return {"opennmt": None, "ours": None}
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        raise SystemExit("--concurrent needs two cores")
+    return {"opennmt": {cores[0]}, "ours": {cores[1]}}
+
+
+def one_core_matmul_peak() -> float:
+    """The float32 matmul peak of one pinned core, in a fresh process (this one's
+    TensorFlow thread pools are already sized to every core)."""
+    code = "from bench.timing import matmul_peak; print(matmul_peak('float32'))"
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True,
+                         preexec_fn=lambda: os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}))
+    return float(out.stdout.split()[-1])
+
+
+def train_both(args, work, d, schedule) -> dict:
+    """Both trainings, one after the other on every core or (--concurrent) at once on
+    a core each; {system: its training results} for the systems not skipped."""
+    import concurrent.futures
+
+    skip, cores = args.skip.split(","), core_assignment(args.concurrent)
+    jobs = {}
+    if "opennmt" not in skip:
+        jobs["opennmt"] = lambda: train_opennmt(args, work, d, schedule=schedule, cpus=cores["opennmt"])
+    if "ours" not in skip:
+        jobs["ours"] = lambda: train_ours(args, work, d, cpus=cores["ours"])
+    if not args.concurrent:
+        return {name: job() for name, job in jobs.items()}
+    with concurrent.futures.ThreadPoolExecutor(len(jobs)) as pool:
+        futures = {name: pool.submit(job) for name, job in jobs.items()}
+        return {name: dict(f.result(), cores=sorted(cores[name])) for name, f in futures.items()}
 
 
 def cpu_model() -> str:
@@ -274,7 +319,7 @@ def main():
     from bench.timing import matmul_peak
     from tf_transformer.model import flops
 
-    peak = matmul_peak("float32")
+    peak = one_core_matmul_peak() if args.concurrent else matmul_peak("float32")
     model = recipe_model(args.vocab_size)
     s, t = d["mean_source"], d["mean_target"]
     # One FLOP count for both systems: a training step over mean-length pairs
@@ -284,7 +329,8 @@ def main():
                "mean_pieces": {"source": s, "target": t}, "decode": {},
                # Multiply each system's own token count by this for the common count.
                "common_tokens": {"ours": (s + t + 1) / (s + t + 2), "opennmt": 1.0}}
-    print(f"matmul_peak_float32={peak / 1e9:.1f} GFLOP/s mean_pieces source={s:.1f} target={t:.1f}")
+    print(f"matmul_peak_float32={peak / 1e9:.1f} GFLOP/s{' (one core)' if args.concurrent else ''} "
+          f"mean_pieces source={s:.1f} target={t:.1f}")
     training_json = os.path.join(work, "training.json")
     if args.reuse_training:  # the training run's figures, its matmul peak included
         with open(training_json) as f:
@@ -293,13 +339,11 @@ def main():
         peak = results["matmul_peak_flops"]
     else:
         results.update(earlier_trainings(training_json, skip))
+        from bench.schedule_sweep import opennmt_schedule, read_settings
+        flags = dict(read_settings(OPENNMT_SWEEP))[args.opennmt_setting]
+        results.update(train_both(args, work, d, opennmt_schedule(flags)))
         if "opennmt" not in skip:
-            from bench.schedule_sweep import opennmt_schedule, read_settings
-            flags = dict(read_settings(OPENNMT_SWEEP))[args.opennmt_setting]
-            results["opennmt"] = train_opennmt(args, work, d, schedule=opennmt_schedule(flags))
             results["opennmt"]["setting"] = args.opennmt_setting
-        if "ours" not in skip:
-            results["ours"] = train_ours(args, work, d)
         for name in ("opennmt", "ours"):
             if name not in skip and results.get(name):
                 results[name].update(matmul_peak_flops=peak, cpu=cpu_model())
