@@ -97,7 +97,7 @@ def run_logged(command, log_path, cwd=REPO, env=None, cpus=None):
     start = time.time()
     process = subprocess.Popen(full, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                text=True, errors="replace", env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
-                               preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
+                               preexec_fn=_pinned_to(cpus))
     lines = []
     with open(log_path, "w", buffering=1) as log:  # line-buffered: progress visible
         for line in process.stdout:
@@ -110,6 +110,11 @@ def run_logged(command, log_path, cwd=REPO, env=None, cpus=None):
     if rc:
         print(f"  exit status {rc}; see {log_path}", flush=True)
     return lines, (rss[-1] / 1024 if rss else None), rc
+
+
+def _pinned_to(cpus):
+    """A child's preexec_fn that pins it to `cpus` (None: no pinning)."""
+    return (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
 
 
 # -- data --------------------------------------------------------------------
@@ -240,7 +245,7 @@ def one_core_matmul_peak() -> float:
     TensorFlow thread pools are already sized to every core)."""
     code = "from bench.timing import matmul_peak; print(matmul_peak('float32'))"
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True,
-                         preexec_fn=lambda: os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}))
+                         preexec_fn=_pinned_to({min(os.sched_getaffinity(0))}))
     return float(out.stdout.split()[-1])
 
 
@@ -255,11 +260,11 @@ def train_both(args, work, d, schedule) -> dict:
         jobs["opennmt"] = lambda: train_opennmt(args, work, d, schedule=schedule, cpus=cores["opennmt"])
     if "ours" not in skip:
         jobs["ours"] = lambda: train_ours(args, work, d, cpus=cores["ours"])
-    if not args.concurrent:
-        return {name: job() for name, job in jobs.items()}
-    with concurrent.futures.ThreadPoolExecutor(len(jobs)) as pool:
+    # One worker runs the jobs in order; two run them at once.
+    with concurrent.futures.ThreadPoolExecutor(2 if args.concurrent else 1) as pool:
         futures = {name: pool.submit(job) for name, job in jobs.items()}
-        return {name: dict(f.result(), cores=sorted(cores[name])) for name, f in futures.items()}
+        return {name: dict(f.result(), **({"cores": sorted(cores[name])} if cores[name] else {}))
+                for name, f in futures.items()}
 
 
 def cpu_model() -> str:
