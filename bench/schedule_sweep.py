@@ -17,7 +17,7 @@ run's logs stay in --work_dir.
 
 runs the same sweep for OpenNMT-tf (the side-by-side peer, bench/compare/; its venv from
 setup_peers.sh): each setting's `--warmup_steps=`, `--learning_rate_scale=` (the Noam
-scale) and `--pre_norm` change the protocol's configuration (run_protocol.train_opennmt),
+scale) and `--pre_norm` change the protocol's configuration (trainings.train_opennmt),
 on the protocol's pieces and vocabulary; its own `onmt-main infer` translates the same
 dev pairs, scored here the same way.
 """
@@ -118,7 +118,7 @@ def sweep_one(name, flags, args, train, dev, extra) -> dict:
 
 
 def opennmt_schedule(flags: list[str]) -> dict:
-    """An OpenNMT-tf setting's flags -> run_protocol.train_opennmt's schedule."""
+    """An OpenNMT-tf setting's flags -> trainings.train_opennmt's schedule."""
     schedule = {}
     for flag in flags:
         name, _, value = flag.lstrip("-").partition("=")
@@ -139,11 +139,11 @@ def sweep_one_opennmt(name, flags, args, data) -> dict:
     decoder on the first --dev_sentences dev pairs (beam 4, alpha 0.6), scored here."""
     import sacrebleu
 
-    from bench.compare import run_protocol
+    from bench.compare import trainings
 
     start = time.time()
     protocol = argparse.Namespace(minutes=args.minutes)
-    result = run_protocol.train_opennmt(protocol, args.work_dir, data, name=name,
+    result = trainings.train_opennmt(protocol, args.work_dir, data, name=name,
                                         schedule=opennmt_schedule(flags))
     with open(os.path.join(data["data"], "dev.en.sp"), encoding="utf-8") as f:
         sources = f.readlines()[:args.dev_sentences]
@@ -151,7 +151,7 @@ def sweep_one_opennmt(name, flags, args, data) -> dict:
     with open(features, "w", encoding="utf-8") as f:
         f.writelines(sources)
     predictions = os.path.join(args.work_dir, f"{name}_dev.pred.sp")
-    run_protocol.run_logged([os.path.join(run_protocol.ONMT_VENV, "onmt-main")]
+    trainings.run_logged([os.path.join(trainings.ONMT_VENV, "onmt-main")]
                             + result["base_args"] + ["infer", "--features_file", features,
                                                      "--predictions_file", predictions],
                             os.path.join(args.work_dir, f"{name}_dev.log"),

@@ -52,10 +52,10 @@ def test_dev_curve_times_each_checkpoint_by_its_logged_save():
 
 def test_protocol_trains_opennmt_with_a_setting_of_its_sweep():
     from bench import schedule_sweep
-    from bench.compare import run_protocol
+    from bench.compare import trainings
 
-    settings = dict(schedule_sweep.read_settings(run_protocol.OPENNMT_SWEEP))
-    schedule = schedule_sweep.opennmt_schedule(settings[run_protocol.OPENNMT_SETTING])
+    settings = dict(schedule_sweep.read_settings(trainings.OPENNMT_SWEEP))
+    schedule = schedule_sweep.opennmt_schedule(settings[trainings.OPENNMT_SETTING])
     assert schedule["warmup_steps"] < 4000  # not the paper's, which never ends in 25 minutes
 
 
@@ -64,10 +64,10 @@ def test_both_systems_train_the_same_architecture():
     # comes from it, and OpenNMT-tf's model file must build the same sizes.
     import re
 
-    from bench.compare import run_protocol
+    from bench.compare import trainings
 
-    model = run_protocol.recipe_model(8000)
-    with open(run_protocol.os.path.join(run_protocol.HERE, "opennmt_model.py")) as f:
+    model = trainings.recipe_model(8000)
+    with open(trainings.os.path.join(trainings.HERE, "opennmt_model.py")) as f:
         onmt = dict(re.findall(r"(num_layers|num_units|num_heads|ffn_inner_dim)=(\d+)", f.read()))
     assert (model.num_layers, model.d_model, model.num_heads, model.d_ff, model.vocab_size) == (
         int(onmt["num_layers"]), int(onmt["num_units"]), int(onmt["num_heads"]),
@@ -78,16 +78,16 @@ def test_a_skipped_system_keeps_its_earlier_training(tmp_path, capsys):
     # A 90-minute budget trains one system per session: the other's entry is kept.
     import json
 
-    from bench.compare import report, run_protocol
+    from bench.compare import report, trainings
 
     path = tmp_path / "training.json"
-    assert run_protocol.earlier_trainings(str(path), ["opennmt"]) == {}
+    assert trainings.earlier_trainings(str(path), ["opennmt"]) == {}
     earlier = {"ours": {"test_bleu": 30.0, "cpu": "Xeon"},
                "opennmt": {"test_bleu": 25.0, "cpu": "EPYC"}, "matmul_peak_flops": 1e11}
     path.write_text(json.dumps(earlier))
-    assert run_protocol.earlier_trainings(str(path), ["opennmt", "decode"]) == {
+    assert trainings.earlier_trainings(str(path), ["opennmt", "decode"]) == {
         "opennmt": earlier["opennmt"]}
-    assert run_protocol.earlier_trainings(str(path), [""]) == {}
+    assert trainings.earlier_trainings(str(path), [""]) == {}
     report.report({**earlier, "decode": {}, "common_tokens": {"ours": 1.0, "opennmt": 1.0}})
     assert "different CPUs" in capsys.readouterr().out
 
@@ -107,10 +107,10 @@ def test_the_c_clients_figures_leave_out_its_first_batch():
 
 
 def test_concurrent_trainings_get_a_core_each():
-    from bench.compare import run_protocol
+    from bench.compare import trainings
 
-    assert run_protocol.core_assignment(False) == {"opennmt": None, "ours": None}
-    if len(run_protocol.os.sched_getaffinity(0)) >= 2:
-        cores = run_protocol.core_assignment(True)
+    assert trainings.core_assignment(False) == {"opennmt": None, "ours": None}
+    if len(trainings.os.sched_getaffinity(0)) >= 2:
+        cores = trainings.core_assignment(True)
         assert len(cores["opennmt"]) == len(cores["ours"]) == 1
         assert cores["opennmt"] != cores["ours"]

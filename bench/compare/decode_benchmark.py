@@ -23,7 +23,7 @@ OURS = (("ours_savedmodel_xla", ("--decode_jit_compile",), {}),
 
 def decode(python, system, model, sources, work, name, args, env=None, **extra):
     """decode_peer.py's figures for one system and setting (None if it failed)."""
-    from bench.compare.run_protocol import HERE, run_logged
+    from bench.compare.trainings import HERE, run_logged
 
     out = os.path.join(work, f"decode_{name}.json")
     command = [python, os.path.join(HERE, "decode_peer.py"), f"--system={system}",
@@ -41,7 +41,8 @@ def decode(python, system, model, sources, work, name, args, env=None, **extra):
 
 def decode_all(args, work, d, results):
     """Every system's decoding figures into results["decode"][name]."""
-    from bench.compare.run_protocol import CT2_VENV, ONMT_VENV, REPO, bleu, run_logged
+    from bench.compare.run_protocol import bleu
+    from bench.compare.trainings import CT2_VENV, ONMT_VENV, REPO, run_logged
 
     sp, sources, refs = d["sp"], d["test_sources"], d["test_targets"]
     order = sorted(range(len(sources)), key=lambda i: len(sp.encode(sources[i])))

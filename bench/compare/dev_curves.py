@@ -34,7 +34,8 @@ def curve(checkpoints, seconds, score) -> list:
 def add_dev_curves(args, work, d, results) -> None:
     """Adds `curve_dev_bleu` [(seconds, BLEU)] to each trained system's results
     (run_protocol's `results`, `d` its prepare_data)."""
-    from bench.compare import run_protocol as protocol
+    from bench.compare import trainings
+    from bench.compare.run_protocol import bleu
     from bench.compare.train_logs import read_logged
     # Both systems keep their checkpoints with TensorFlow's CheckpointManager.
     from tf_transformer.training.checkpoints import checkpoint_paths
@@ -54,20 +55,20 @@ def add_dev_curves(args, work, d, results) -> None:
                         f"--model_dir={results['ours']['model_dir']}", f"--checkpoint={checkpoint}",
                         f"--data={dev_tsv}", "--batch_size=32", "--beam_size=4", "--alpha=0.6",
                         f"--hypotheses={hypotheses}", "--noprogress"],
-                       cwd=protocol.REPO, check=True, capture_output=True)
+                       cwd=trainings.REPO, check=True, capture_output=True)
         with open(hypotheses, encoding="utf-8") as f:
-            return protocol.bleu([line.rstrip("\n") for line in f], references)
+            return bleu([line.rstrip("\n") for line in f], references)
 
     def score_opennmt(checkpoint):
         predictions = os.path.join(work, "dev_curve_opennmt.pred.sp")
-        subprocess.run([os.path.join(protocol.ONMT_VENV, "onmt-main")]
+        subprocess.run([os.path.join(trainings.ONMT_VENV, "onmt-main")]
                        + results["opennmt"]["base_args"]
                        + ["--checkpoint_path", checkpoint, "infer", "--features_file", pieces,
                           "--predictions_file", predictions],
                        check=True, capture_output=True,
                        env={**os.environ, **results["opennmt"].get("env", {})})
         with open(predictions, encoding="utf-8") as f:
-            return protocol.bleu([d["sp"].decode(line.split()) for line in f], references)
+            return bleu([d["sp"].decode(line.split()) for line in f], references)
 
     for name, score in (("ours", score_ours), ("opennmt", score_opennmt)):
         r = results.get(name)

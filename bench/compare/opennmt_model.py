@@ -22,7 +22,7 @@ import opennmt
 
 def model():
     # The dev-split schedule sweep (bench/schedule_sweep.py --system=opennmt) also tries
-    # pre-norm: run_protocol.train_opennmt sets OPENNMT_PRE_NORM for its runs.
+    # pre-norm: trainings.train_opennmt sets OPENNMT_PRE_NORM for its runs.
     return opennmt.models.Transformer(
         source_inputter=opennmt.inputters.WordEmbedder(embedding_size=256),
         target_inputter=opennmt.inputters.WordEmbedder(embedding_size=256),

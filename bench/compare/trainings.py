@@ -1,0 +1,181 @@
+"""The protocol's two trainings: OpenNMT-tf's and ours, each a logged subprocess.
+
+run_protocol.py runs them one after the other, or (--concurrent) at once, each pinned to
+its own core; schedule_sweep.py runs OpenNMT-tf's alone, once per setting. Every output
+line is timestamped (`run_logged`), which gives the learning curves, and every process
+runs under /usr/bin/time -v, which gives its peak RSS.
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+from bench.compare.train_logs import parse_opennmt_train, parse_ours_train
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+
+ONMT_VENV = os.path.join(HERE, ".venvs", "opennmt", "bin")
+CT2_VENV = os.path.join(HERE, ".venvs", "ctranslate2", "bin")
+# Ours trains with its `small` preset's schedule, the best of its own dev-split sweep
+# (bench/sweeps/small_cpu.txt); OpenNMT-tf with the best setting of the same sweep run
+# for it on the same dev pairs:
+OPENNMT_SWEEP = os.path.join(REPO, "bench", "sweeps", "opennmt_small_cpu.txt")
+OPENNMT_SETTING = "onmt_w1600_pre"
+# Our side's flags: the model (3+3 layers, as opennmt_model.py), vocabulary, batch.
+RECIPE = os.path.join(REPO, "tf_transformer", "recipes", "small_cpu.flags")
+
+
+def run_logged(command, log_path, cwd=REPO, env=None, cpus=None):
+    """Runs `command` under /usr/bin/time -v; returns (timestamped lines, peak RSS MB, rc).
+
+    Each line of stdout+stderr is kept with the seconds since the start. `cpus` (a set of
+    core numbers) pins the process there; TensorFlow sizes its thread pools to it.
+    """
+    time_bin = "/usr/bin/time"
+    full = ([time_bin, "-v"] if os.path.exists(time_bin) else []) + command
+    print("$ " + " ".join(command), flush=True)
+    start = time.time()
+    process = subprocess.Popen(full, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True, errors="replace", env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
+                               preexec_fn=_pinned_to(cpus))
+    lines = []
+    with open(log_path, "w", buffering=1) as log:  # line-buffered: progress visible
+        for line in process.stdout:
+            elapsed = time.time() - start
+            lines.append((elapsed, line.rstrip("\n")))
+            log.write(f"{elapsed:9.1f} {line}")
+    rc = process.wait()
+    rss = [int(m.group(1)) for _, l in lines
+           for m in [re.search(r"Maximum resident set size \(kbytes\): (\d+)", l)] if m]
+    if rc:
+        print(f"  exit status {rc}; see {log_path}", flush=True)
+    return lines, (rss[-1] / 1024 if rss else None), rc
+
+
+def _pinned_to(cpus):
+    """A child's preexec_fn that pins it to `cpus` (None: no pinning)."""
+    return (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
+
+
+def train_opennmt(args, work, d, name="opennmt", schedule=None, cpus=None):
+    """OpenNMT-tf's run of the protocol; `schedule` (opennmt_schedule) changes its
+    learning-rate schedule and norm position, as the dev-split sweep does."""
+    schedule = schedule or {}
+    model_dir = os.path.join(work, name)
+    run_yml = os.path.join(work, f"{name}_run.yml")
+    params = {}
+    if "learning_rate_scale" in schedule:
+        params["learning_rate"] = schedule["learning_rate_scale"]
+    if "warmup_steps" in schedule:
+        params["decay_params"] = {"model_dim": 256, "warmup_steps": schedule["warmup_steps"]}
+    with open(run_yml, "w") as f:
+        json.dump({"model_dir": model_dir, "train": {"save_summary_steps": _log_every(args)},
+                   **({"params": params} if params else {}),
+                   "data": {
+            "train_features_file": os.path.join(d["data"], "train.en.sp"),
+            "train_labels_file": os.path.join(d["data"], "train.de.sp"),
+            "eval_features_file": os.path.join(d["data"], "dev.en.sp"),
+            "eval_labels_file": os.path.join(d["data"], "dev.de.sp"),
+            "source_vocabulary": d["onmt_vocab"], "target_vocabulary": d["onmt_vocab"]}}, f)
+    base = ["--model", os.path.join(HERE, "opennmt_model.py"),
+            "--config", os.path.join(HERE, "opennmt_small_cpu.yml"), run_yml]
+    env = {"OPENNMT_PRE_NORM": "1" if schedule.get("pre_norm") else "0"}
+    lines, rss, _ = run_logged([os.path.join(ONMT_VENV, "python"), os.path.join(HERE, "opennmt_train.py"),
+                                str(args.minutes), "--log_level", "INFO"] + base + ["train"],
+                               os.path.join(work, f"{name}_train.log"), env=env, cpus=cpus)
+    return {"base_args": base, "env": env, "model_dir": model_dir, "peak_rss_mb": rss,
+            "schedule": schedule, "train_log": os.path.join(work, f"{name}_train.log"),
+            **parse_opennmt_train(lines), "counts": "source pieces (no EOS) + target pieces + EOS"}
+
+
+def recipe_model(vocab_size):
+    """The ModelConfig our side trains: RECIPE's preset with its model flags."""
+    import dataclasses
+
+    from tf_transformer import presets
+
+    with open(RECIPE, encoding="utf-8") as f:
+        flags = dict(line.strip()[2:].split("=", 1) for line in f if line.startswith("--"))
+    model = presets.get_preset(flags["preset"], vocab_size).model
+    sizes = [f.name for f in dataclasses.fields(model) if f.type in (int, "int")]
+    return dataclasses.replace(model, **{k: int(v) for k, v in flags.items()
+                                         if k in sizes and k != "vocab_size"})
+
+
+def train_ours(args, work, d, cpus=None):
+    model_dir = os.path.join(work, "ours")
+    lines, rss, _ = run_logged(
+        [sys.executable, "-m", "tf_transformer.train",
+         f"--flagfile={RECIPE}", f"--max_minutes={args.minutes}",
+         f"--model_dir={model_dir}", f"--vocab={d['vocab']}", f"--log_every={_log_every(args)}",
+         f"--train_data={os.path.join(args.corpus_dir, 'train.tsv')}",
+         "--dev_data=", "--keep_checkpoints=100"] + args.ours_flags.split(),
+        os.path.join(work, "ours_train.log"), cpus=cpus)
+    with open(os.path.join(model_dir, "config.json")) as f:
+        config = json.load(f)
+    return {"model_dir": model_dir, "peak_rss_mb": rss, **parse_ours_train(lines),
+            "schedule": {"warmup_steps": config["train"]["warmup_steps"],
+                         "learning_rate_scale": config["train"]["learning_rate_scale"],
+                         "pre_norm": config["model"]["pre_norm"]},
+            "train_log": os.path.join(work, "ours_train.log"),
+            "counts": "source pieces + EOS + target pieces + EOS"}
+
+
+def earlier_trainings(training_json, skip) -> dict:
+    """The entries of an earlier training.json for the systems skipped now (none if absent)."""
+    if not os.path.exists(training_json):
+        return {}
+    with open(training_json) as f:
+        return {k: v for k, v in json.load(f).items() if k in ("opennmt", "ours") and k in skip}
+
+
+def core_assignment(concurrent) -> dict:
+    """{system: cores it trains on}: one core each when concurrent, else all (None)."""
+    if not concurrent:
+        return {"opennmt": None, "ours": None}
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        raise SystemExit("--concurrent needs two cores")
+    return {"opennmt": {cores[0]}, "ours": {cores[1]}}
+
+
+def one_core_matmul_peak() -> float:
+    """The float32 matmul peak of one pinned core, in a fresh process (this one's
+    TensorFlow thread pools are already sized to every core)."""
+    code = "from bench.timing import matmul_peak; print(matmul_peak('float32'))"
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True,
+                         preexec_fn=_pinned_to({min(os.sched_getaffinity(0))}))
+    return float(out.stdout.split()[-1])
+
+
+def train_both(args, work, d, schedule) -> dict:
+    """Both trainings, one after the other on every core or (--concurrent) at once on
+    a core each; {system: its training results} for the systems not skipped."""
+    import concurrent.futures
+
+    skip, cores = args.skip.split(","), core_assignment(args.concurrent)
+    jobs = {}
+    if "opennmt" not in skip:
+        jobs["opennmt"] = lambda: train_opennmt(args, work, d, schedule=schedule, cpus=cores["opennmt"])
+    if "ours" not in skip:
+        jobs["ours"] = lambda: train_ours(args, work, d, cpus=cores["ours"])
+    # One worker runs the jobs in order; two run them at once.
+    with concurrent.futures.ThreadPoolExecutor(2 if args.concurrent else 1) as pool:
+        futures = {name: pool.submit(job) for name, job in jobs.items()}
+        return {name: dict(f.result(), **({"cores": sorted(cores[name])} if cores[name] else {}))
+                for name, f in futures.items()}
+
+
+def cpu_model() -> str:
+    """The CPU's model name: a system trained in another session is only compared on the same."""
+    with open("/proc/cpuinfo") as f:
+        return next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
+
+
+def _log_every(args) -> int:
+    """Steps between throughput/loss lines (the learning curves' points): 25, 10 for smoke runs."""
+    return 25 if args.minutes >= 10 else 10
