@@ -144,7 +144,7 @@ def sweep_one_opennmt(name, flags, args, data) -> dict:
     start = time.time()
     protocol = argparse.Namespace(minutes=args.minutes)
     result = trainings.train_opennmt(protocol, args.work_dir, data, name=name,
-                                        schedule=opennmt_schedule(flags))
+                                     schedule=opennmt_schedule(flags))
     with open(os.path.join(data["data"], "dev.en.sp"), encoding="utf-8") as f:
         sources = f.readlines()[:args.dev_sentences]
     features = os.path.join(args.work_dir, "dev_subset.en.sp")
@@ -152,10 +152,10 @@ def sweep_one_opennmt(name, flags, args, data) -> dict:
         f.writelines(sources)
     predictions = os.path.join(args.work_dir, f"{name}_dev.pred.sp")
     trainings.run_logged([os.path.join(trainings.ONMT_VENV, "onmt-main")]
-                            + result["base_args"] + ["infer", "--features_file", features,
-                                                     "--predictions_file", predictions],
-                            os.path.join(args.work_dir, f"{name}_dev.log"),
-                            env=result["env"])
+                         + result["base_args"] + ["infer", "--features_file", features,
+                                                  "--predictions_file", predictions],
+                         os.path.join(args.work_dir, f"{name}_dev.log"),
+                         env=result["env"])
     with open(predictions, encoding="utf-8") as f:
         hypotheses = [data["sp"].decode(line.split()) for line in f]
     references = data["dev_targets"][:len(hypotheses)]

@@ -1,5 +1,7 @@
 """The side-by-side harness reads both trainers' logs: each field from its own place."""
 
+import os
+
 from bench.compare import dev_curves, train_logs
 
 ONMT = [
@@ -67,7 +69,7 @@ def test_both_systems_train_the_same_architecture():
     from bench.compare import trainings
 
     model = trainings.recipe_model(8000)
-    with open(trainings.os.path.join(trainings.HERE, "opennmt_model.py")) as f:
+    with open(os.path.join(trainings.HERE, "opennmt_model.py")) as f:
         onmt = dict(re.findall(r"(num_layers|num_units|num_heads|ffn_inner_dim)=(\d+)", f.read()))
     assert (model.num_layers, model.d_model, model.num_heads, model.d_ff, model.vocab_size) == (
         int(onmt["num_layers"]), int(onmt["num_units"]), int(onmt["num_heads"]),
@@ -110,7 +112,7 @@ def test_concurrent_trainings_get_a_core_each():
     from bench.compare import trainings
 
     assert trainings.core_assignment(False) == {"opennmt": None, "ours": None}
-    if len(trainings.os.sched_getaffinity(0)) >= 2:
+    if len(os.sched_getaffinity(0)) >= 2:
         cores = trainings.core_assignment(True)
         assert len(cores["opennmt"]) == len(cores["ours"]) == 1
         assert cores["opennmt"] != cores["ours"]

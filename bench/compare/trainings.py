@@ -3,7 +3,9 @@
 run_protocol.py runs them one after the other, or (--concurrent) at once, each pinned to
 its own core; schedule_sweep.py runs OpenNMT-tf's alone, once per setting. Every output
 line is timestamped (`run_logged`), which gives the learning curves, and every process
-runs under /usr/bin/time -v, which gives its peak RSS.
+runs under /usr/bin/time -v, which gives its peak RSS. The protocol's paths (the peers'
+venvs, our recipe, OpenNMT-tf's sweep and setting) live here too: the decoding benchmark
+and the sweep read them.
 """
 
 import json
