@@ -76,6 +76,10 @@ BATCH = flags.DEFINE_integer("batch", 32, "Batch size of part `real` and of --pr
 PROFILE_BATCHES = flags.DEFINE_integer(
     "profile_batches", 8, "--profile with --sources: this many batches, evenly spread over "
     "the sorted file.")
+REAL_BEAMS = flags.DEFINE_list("real_beams", ["4", "1"], "Beam sizes of part `real`.")
+INTRA_OP = flags.DEFINE_integer(
+    "intra_op_threads", 0, "TensorFlow's intra-op threads (0: its default); 1 is the "
+    "serving setting of decode_peer.py --threads=1.")
 
 
 class _CountedTranslator(Translator):
@@ -260,6 +264,8 @@ def _profile(translator, counted, batch: int = 32, source_length: int = 32):
 
 def main(argv):
     del argv
+    if INTRA_OP.value:
+        tf.config.threading.set_intra_op_parallelism_threads(INTRA_OP.value)
     if PROFILE.value:
         if JIT.value:  # XLA's per-HLO trace events (read when the first compile starts)
             os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
@@ -280,7 +286,7 @@ def main(argv):
                    beam=beam, batch=batch, source_lengths="-".join(MIXED.value))
     if SOURCES.value:
         batches = _real_batches(translators[4][0])
-        for beam in (4, 1):
+        for beam in map(int, REAL_BEAMS.value):
             _print("real", _measure_real(*translators[beam], batches), beam=beam,
                    batch=BATCH.value)
     for length in map(int, LENGTHS.value) if "by_length" in PARTS.value else ():
