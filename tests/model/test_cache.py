@@ -198,9 +198,10 @@ def test_a_beam_folded_into_the_query_axis_attends_like_tiled_memory():
     np.testing.assert_allclose(folded.numpy(), tiled.numpy(), rtol=1e-5, atol=1e-5)
 
 
-def test_a_decoding_step_runs_its_attention_products_on_eigen():
-    """A step's attention products are BatchMatMulV3 (no oneDNN rewrite, so no oneDNN
-    kernel per shape) and its softmax exp(LogSoftmax); the full pass keeps BatchMatMulV2."""
+def test_a_decoding_step_runs_its_products_on_eigen():
+    """A step's products, attention, projections and output layer, are BatchMatMulV3 (no
+    oneDNN rewrite, so no oneDNN kernel per shape) and its softmax exp(LogSoftmax); the
+    full pass keeps MatMul and BatchMatMulV2."""
     model = build_model(TINY)
     source, target = _batch()
     state = model.initial_cache(model.encode(source), source, cache.chunked(), True)
@@ -210,6 +211,6 @@ def test_a_decoding_step_runs_its_attention_products_on_eigen():
         return {op.type for op in graph.get_operations()}
 
     step = op_types(lambda t, s: model.decode_step(t, s, state)[0], target, tf.constant(0))
-    assert "BatchMatMulV3" in step and not {"BatchMatMulV2", "Softmax"} & step
+    assert "BatchMatMulV3" in step and not {"MatMul", "BatchMatMulV2", "Softmax"} & step
     full = op_types(lambda s, t: model({"source": s, "target_in": t}), source, target)
-    assert "BatchMatMulV2" in full and "BatchMatMulV3" not in full
+    assert {"MatMul", "BatchMatMulV2"} <= full and "BatchMatMulV3" not in full

@@ -17,19 +17,7 @@ import tensorflow as tf
 
 from tf_transformer.model import shapes
 from tf_transformer.model.cache import SelfAttentionCache
-from tf_transformer.model.layers.linear import linear
-
-
-def _step_matmul(x, y, adj_y=False):
-    """A decoding step's attention product, [b, h, T, d] x [b, h, S, d]^T or
-    [b, h, T, S] x [b, h, S, d], with T a few queries: memory-bound (it reads the
-    cached keys or values once). `tf.matmul` is BatchMatMulV2, which oneDNN builds
-    (AVX-512 CPUs) a kernel for at every new shape, and a step's shapes change as
-    the cache grows and sentences leave: those kernels cost RSS for the process's life,
-    and per call they are slower than Eigen's here (BUILD.md, "Decoding").
-    BatchMatMulV3 (the same product with its output type explicit) has no oneDNN
-    rewrite, so it runs Eigen's kernel; XLA compiles it like V2."""
-    return tf.raw_ops.BatchMatMulV3(x=x, y=y, Tout=x.dtype, adj_y=adj_y)
+from tf_transformer.model.layers.linear import linear, step_matmul
 
 
 def _uniform(fan_in: int, fan_out: int) -> keras.initializers.Initializer:
@@ -90,20 +78,20 @@ class _Attention(keras.layers.Layer):
 
     def attention_weights(self, q, k, bias, step=False):
         """softmax(Q K^T / sqrt(d_k) + bias) in float32: [batch, h, T, S]. A decoding
-        step's softmax is exp(log_softmax): LogSoftmax, like _step_matmul, has no
+        step's softmax is exp(log_softmax): LogSoftmax, like step_matmul, has no
         oneDNN kernel."""
         q = q * tf.cast(self.d_k ** -0.5, q.dtype)
-        logits = _step_matmul(q, k, adj_y=True) if step else tf.matmul(q, k, transpose_b=True)
+        logits = step_matmul(q, k, adj_y=True) if step else tf.matmul(q, k, transpose_b=True)
         logits = tf.cast(logits, tf.float32) + tf.cast(bias, tf.float32)
         return tf.exp(tf.nn.log_softmax(logits)) if step else tf.nn.softmax(logits)
 
     def attend(self, q, k, v, bias, training=None, rows=None, step=False):
         """q [b, h, T, d_k], k [b, h, S, d_k], v [b, h, S, d_v] -> [b, T, d_model], or
         to the leading dimensions `rows` when the query axis folds several rows
-        (CrossAttention.step). `step`: a decoding step's few queries (_step_matmul)."""
+        (CrossAttention.step). `step`: a decoding step's few queries (step_matmul)."""
         weights = self.weights_dropout(self.attention_weights(q, k, bias, step), training=training)
         weights = tf.cast(weights, v.dtype)
-        heads = _step_matmul(weights, v) if step else tf.matmul(weights, v)  # [batch, h, T, d_v]
+        heads = step_matmul(weights, v) if step else tf.matmul(weights, v)  # [batch, h, T, d_v]
         if heads.shape[2] == 1 and rows is None:  # one query (a decoding step): a reshape
             heads = tf.reshape(heads, shapes.dims(heads, 1) + [1, self.num_heads * self.d_v])
             return linear(heads, self.output_kernel, self.output_bias)

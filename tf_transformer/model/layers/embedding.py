@@ -12,6 +12,7 @@ import keras_hub
 import tensorflow as tf
 
 from tf_transformer.model import shapes
+from tf_transformer.model.layers.linear import step_matmul
 
 
 @keras.saving.register_keras_serializable(package="tf_transformer")
@@ -108,14 +109,15 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         reversible layer's broadcasting matmul of an explicitly transposed copy.
         Decoding passes `transposed_table` ([d_model, vocab], `output_table`),
         made once per search: a plain GEMM per step, where Eigen's transpose_b
-        GEMM is ~1.7x slower (BUILD.md, "Decoding").
+        GEMM is ~1.7x slower (BUILD.md, "Decoding"), run by `step_matmul` as the
+        step's other products.
         """
         x2 = tf.reshape(x, [-1, self.d_model])
         if transposed_table is None:
             table = tf.cast(self.token_embedding.embeddings, x.dtype)
             logits = tf.matmul(x2, table, transpose_b=True)
         else:
-            logits = tf.matmul(x2, tf.cast(transposed_table, x.dtype))
+            logits = step_matmul(x2, tf.cast(transposed_table, x.dtype))
         return tf.cast(tf.reshape(logits, shapes.dims(x, -1) + [self.vocab_size]), tf.float32)
 
     def output_table(self, dtype) -> tf.Tensor:

@@ -4,6 +4,8 @@ tf.matmul of a [batch, length, d] activation and a [d, n] kernel runs as a
 broadcasting BatchMatMulV2, whose kernel gradient is `batch` partial products
 summed afterwards; flattening the leading axes makes forward and both
 gradients single MatMuls (measured: BUILD.md, "Training speed").
+
+A decoding step's products (one position) run `step_matmul` instead.
 """
 
 import tensorflow as tf
@@ -11,15 +13,30 @@ import tensorflow as tf
 from tf_transformer.model import shapes
 
 
+def step_matmul(x, y, adj_y=False):
+    """A decoding step's product: x y (or x y^T), as BatchMatMulV3. `tf.matmul` is
+    MatMul or BatchMatMulV2, which oneDNN (AVX-512 CPUs) rewrites, building and
+    keeping a kernel for every new shape, and a step's shapes change all the time
+    (the cache grows, sentences leave): memory for the process's life, and no
+    faster here (BUILD.md, "Decoding"). BatchMatMulV3 (the same product with its
+    output type explicit) has no oneDNN rewrite, so it runs Eigen's kernel; XLA
+    compiles it like the others."""
+    return tf.raw_ops.BatchMatMulV3(x=x, y=y, Tout=x.dtype, adj_y=adj_y)
+
+
 def linear(x: tf.Tensor, kernel, bias=None, activation=None) -> tf.Tensor:
     """activation([..., d] x [d, n] (+ [n])) -> [..., n], in x's dtype.
 
     The activation runs before the reshape back, so MatMul, BiasAdd and Relu
     stay adjacent and Grappler's remapper fuses them into one oneDNN kernel.
+    A decoding step's x, [rows, 1, d] (one static position), goes through
+    `step_matmul` instead.
     """
     kernel = tf.cast(kernel, x.dtype)
     head = shapes.dims(x, -1)
-    y = tf.matmul(tf.reshape(x, [-1, kernel.shape[0]]), kernel)
+    one_position = x.shape.rank == 3 and x.shape[1] == 1
+    matmul = step_matmul if one_position else tf.matmul
+    y = matmul(tf.reshape(x, [-1, kernel.shape[0]]), kernel)
     if bias is not None:
         y = tf.nn.bias_add(y, tf.cast(bias, x.dtype))
     if activation is not None:
