@@ -8,6 +8,7 @@ import tensorflow as tf
 from tf_transformer.config import BOS_ID, ModelConfig
 from tf_transformer.model import build_model, cache, masks
 from tf_transformer.model.cache import DecoderCache, FixedCache, GrowingCache
+from tf_transformer.model.layers.linear import eigen_products
 
 TINY = ModelConfig(vocab_size=40, num_layers=2, d_model=32, d_ff=64, num_heads=4, dropout=0.0)
 KINDS = {"growing": lambda length: cache.growing(), "chunked": lambda length: cache.chunked(),
@@ -214,3 +215,22 @@ def test_a_decoding_step_runs_its_products_on_eigen():
     assert "BatchMatMulV3" in step and not {"MatMul", "BatchMatMulV2", "Softmax"} & step
     full = op_types(lambda s, t: model({"source": s, "target_in": t}), source, target)
     assert {"MatMul", "BatchMatMulV2"} <= full and "BatchMatMulV3" not in full
+
+
+def test_the_encoder_inside_eigen_products_runs_its_projections_on_eigen():
+    """Translator encodes inside linear.eigen_products(): its projections become
+    BatchMatMulV3 (no oneDNN kernel per source width), with the same memory."""
+    model = build_model(TINY)
+    source, _ = _batch()
+
+    def encode(s):
+        with eigen_products():
+            return model.encode(s, training=False)
+
+    graph_types = {op.type for op in tf.function(encode).get_concrete_function(source).graph
+                   .get_operations()}
+    assert "BatchMatMulV3" in graph_types and "MatMul" not in graph_types
+    plain = tf.function(lambda s: model.encode(s, training=False))
+    assert "MatMul" in {op.type for op in plain.get_concrete_function(source).graph.get_operations()}
+    np.testing.assert_allclose(tf.function(encode)(source).numpy(), plain(source).numpy(),
+                               rtol=1e-5, atol=1e-5)

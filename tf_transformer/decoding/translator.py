@@ -44,6 +44,7 @@ from tf_transformer.decoding import signatures
 from tf_transformer.decoding.beam_search import BeamSearch, BeamSearchResult
 from tf_transformer.decoding.xla_search import LENGTH_BUCKET, CompiledSearch  # noqa: F401
 from tf_transformer.inputs.tokenizer import Tokenizer
+from tf_transformer.model.layers.linear import eigen_products
 from tf_transformer.model.transformer import Transformer
 from tf_transformer.training import checkpoints
 
@@ -175,8 +176,9 @@ class Translator(tf.Module):
     def _search(self, source_ids, alpha, extra_length, nbest) -> BeamSearchResult:
         """One graph-mode search over the whole batch."""
         search = self.beam_search(source_ids, alpha, extra_length, nbest)
-        cache = self.model.initial_cache(self.model.encode(source_ids, training=False), source_ids,
-                                         positions=search.max_decode_length)
+        with eigen_products():  # a new source width each batch: no oneDNN kernel per shape
+            cache = self.model.initial_cache(self.model.encode(source_ids, training=False),
+                                             source_ids, positions=search.max_decode_length)
         return search.finish(search.advance(search.start(cache)))
 
     def beam_search(self, source_ids, alpha, extra_length, nbest: int,

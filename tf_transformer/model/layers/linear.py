@@ -5,8 +5,12 @@ broadcasting BatchMatMulV2, whose kernel gradient is `batch` partial products
 summed afterwards; flattening the leading axes makes forward and both
 gradients single MatMuls (measured: BUILD.md, "Training speed").
 
-A decoding step's products (one position) run `step_matmul` instead.
+A decoding step's products (one position), and every product traced inside
+`eigen_products()` (the Translator's encoder and memory projection), run
+`step_matmul` instead.
 """
+
+import contextlib
 
 import tensorflow as tf
 
@@ -24,18 +28,40 @@ def step_matmul(x, y, adj_y=False):
     return tf.raw_ops.BatchMatMulV3(x=x, y=y, Tout=x.dtype, adj_y=adj_y)
 
 
+_EIGEN_PRODUCTS = [False]
+
+
+@contextlib.contextmanager
+def eigen_products():
+    """`linear`s traced inside run `step_matmul`. For inference graphs whose shapes
+    change from call to call (the encoder of each batch's source width), where
+    oneDNN would keep a kernel per shape; training never enters it. Read at trace
+    time. (The encoder's attention products stay oneDNN's: on Eigen they cost
+    batch-1 latency, BUILD.md "Decoding".)"""
+    previous, _EIGEN_PRODUCTS[0] = _EIGEN_PRODUCTS[0], True
+    try:
+        yield
+    finally:
+        _EIGEN_PRODUCTS[0] = previous
+
+
+def eigen_products_active() -> bool:
+    """Whether the products being traced go through `step_matmul`."""
+    return _EIGEN_PRODUCTS[0]
+
+
 def linear(x: tf.Tensor, kernel, bias=None, activation=None) -> tf.Tensor:
     """activation([..., d] x [d, n] (+ [n])) -> [..., n], in x's dtype.
 
     The activation runs before the reshape back, so MatMul, BiasAdd and Relu
     stay adjacent and Grappler's remapper fuses them into one oneDNN kernel.
-    A decoding step's x, [rows, 1, d] (one static position), goes through
-    `step_matmul` instead.
+    A decoding step's x, [rows, 1, d] (one static position), and any x inside
+    `eigen_products()`, go through `step_matmul` instead.
     """
     kernel = tf.cast(kernel, x.dtype)
     head = shapes.dims(x, -1)
     one_position = x.shape.rank == 3 and x.shape[1] == 1
-    matmul = step_matmul if one_position else tf.matmul
+    matmul = step_matmul if one_position or eigen_products_active() else tf.matmul
     y = matmul(tf.reshape(x, [-1, kernel.shape[0]]), kernel)
     if bias is not None:
         y = tf.nn.bias_add(y, tf.cast(bias, x.dtype))
