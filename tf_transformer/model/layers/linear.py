@@ -18,7 +18,7 @@ from tf_transformer.model import shapes
 
 
 def step_matmul(x, y, adj_y=False):
-    """A decoding step's product: x y (or x y^T), as BatchMatMulV3. `tf.matmul` is
+    """A decoding product: x y (or x y^T), as BatchMatMulV3. `tf.matmul` is
     MatMul or BatchMatMulV2, which oneDNN (AVX-512 CPUs) rewrites, building and
     keeping a kernel for every new shape, and a step's shapes change all the time
     (the cache grows, sentences leave): memory for the process's life, and no
@@ -28,7 +28,7 @@ def step_matmul(x, y, adj_y=False):
     return tf.raw_ops.BatchMatMulV3(x=x, y=y, Tout=x.dtype, adj_y=adj_y)
 
 
-_EIGEN_PRODUCTS = [False]
+_eigen_products = False  # set while tracing inside `eigen_products()`
 
 
 @contextlib.contextmanager
@@ -38,16 +38,12 @@ def eigen_products():
     oneDNN would keep a kernel per shape; training never enters it. Read at trace
     time. (The encoder's attention products stay oneDNN's: on Eigen they cost
     batch-1 latency, BUILD.md "Decoding".)"""
-    previous, _EIGEN_PRODUCTS[0] = _EIGEN_PRODUCTS[0], True
+    global _eigen_products
+    previous, _eigen_products = _eigen_products, True
     try:
         yield
     finally:
-        _EIGEN_PRODUCTS[0] = previous
-
-
-def eigen_products_active() -> bool:
-    """Whether the products being traced go through `step_matmul`."""
-    return _EIGEN_PRODUCTS[0]
+        _eigen_products = previous
 
 
 def linear(x: tf.Tensor, kernel, bias=None, activation=None) -> tf.Tensor:
@@ -61,7 +57,7 @@ def linear(x: tf.Tensor, kernel, bias=None, activation=None) -> tf.Tensor:
     kernel = tf.cast(kernel, x.dtype)
     head = shapes.dims(x, -1)
     one_position = x.shape.rank == 3 and x.shape[1] == 1
-    matmul = step_matmul if one_position or eigen_products_active() else tf.matmul
+    matmul = step_matmul if one_position or _eigen_products else tf.matmul
     y = matmul(tf.reshape(x, [-1, kernel.shape[0]]), kernel)
     if bias is not None:
         y = tf.nn.bias_add(y, tf.cast(bias, x.dtype))
