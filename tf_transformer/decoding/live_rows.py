@@ -4,7 +4,7 @@ Why: the loop runs until a batch's slowest sentence is done, and a done
 sentence that stays in the batch still costs its decoder step, the vocabulary
 projection, top-k and cache reorder (issue 16 measured 34% of row-steps live).
 
-The working state (beam_search.BeamState) holds only some of the caller's
+The working state (beam_step.BeamState) holds only some of the caller's
 sentences: `sentence` int32 [rows] names each working row's sentence, and
 `results` (full size, in the caller's order) receives a sentence's n-best
 list when it leaves (`write_results`). Two ways to leave:
@@ -31,7 +31,7 @@ import tensorflow as tf
 from tf_transformer.config import PAD_ID
 
 if TYPE_CHECKING:
-    from tf_transformer.decoding.beam_search import BeamState
+    from tf_transformer.decoding.beam_step import BeamState
 
 @runtime_checkable
 class BeamCache(Protocol):
