@@ -1,0 +1,93 @@
+"""Two exports measured in one process: every batch decoded by both in turn.
+
+  python -m bench.ab_exports --a=EXPORT_A/1 --b=EXPORT_B/1 --sources=SORTED.txt \
+      [--rounds=3] [--threads=1] [--batch_size=32]
+
+Loads both SavedModels with tensorflow and tensorflow_text only (as a server
+would) and decodes each batch of --sources with `serving_default`, A then B,
+and B then A on the next batch, so both see the same machine at a grain of a
+fraction of a second. Runs alternated as whole processes (bench.ab,
+decode_peer.py) see the machine drift by several percent between runs; here an
+A/A run (the same export twice) stays within about half a percent (BUILD.md,
+"Decoding"). Prints each round's seconds of each export and B/A, the median
+ratio, and how many translations differ. `--threads=1`: one intra-op thread,
+the serving setting of decode_peer.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from typing import Callable, Sequence
+
+Run = Callable[[list], list]
+
+
+def alternate(run_a: Run, run_b: Run, batches: Sequence[list], rounds: int,
+              clock: Callable[[], float] = time.perf_counter, report=print) -> dict:
+    """Decodes every batch with both runs, the order swapped from one batch (and
+    round) to the next. Returns {"seconds_a", "seconds_b": per round,
+    "ratios": b / a per round, "median_ratio", "differ": translations that
+    differ in the last round}."""
+    seconds = ([], [])
+    outputs = ([], [])
+    for r in range(rounds):
+        spent = [0.0, 0.0]
+        outputs = ([], [])
+        for j, batch in enumerate(batches):
+            order = (0, 1) if (j + r) % 2 == 0 else (1, 0)
+            for side in order:
+                start = clock()
+                outputs[side].append((run_a, run_b)[side](batch))
+                spent[side] += clock() - start
+        seconds[0].append(spent[0])
+        seconds[1].append(spent[1])
+        report(f"round {r} a={spent[0]:.2f}s b={spent[1]:.2f}s b/a={spent[1] / spent[0]:.3f}")
+    ratios = [b / a for a, b in zip(*seconds)]
+    differ = sum(x != y for a, b in zip(*outputs) for x, y in zip(a, b))
+    result = {"seconds_a": seconds[0], "seconds_b": seconds[1], "ratios": ratios,
+              "median_ratio": statistics.median(ratios), "differ": differ}
+    report(f"median b/a={result['median_ratio']:.3f} rounds={rounds} "
+           f"translations_differ={differ}")
+    return result
+
+
+def _serving(path: str) -> Run:
+    import tensorflow as tf
+
+    serve = tf.saved_model.load(path).signatures["serving_default"]
+
+    def run(lines):
+        return [t.decode("utf-8") for t in serve(text=tf.constant(lines))["translation"].numpy()]
+    return run
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--a", required=True, help="An export version directory (the base).")
+    parser.add_argument("--b", required=True, help="The export under test.")
+    parser.add_argument("--sources", required=True, help="One sentence per line, sorted by length.")
+    parser.add_argument("--batch_size", type=int, default=32)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=1, help="Intra-op threads (0: default).")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401  (registers the SentencePiece op)
+
+    if args.threads:
+        tf.config.threading.set_intra_op_parallelism_threads(args.threads)
+    with open(args.sources, encoding="utf-8") as f:
+        lines = [line.rstrip("\n") for line in f]
+    batches = [lines[i:i + args.batch_size] for i in range(0, len(lines), args.batch_size)]
+    run_a, run_b = _serving(args.a), _serving(args.b)
+    for run in (run_a, run_b):  # trace and warm up outside the timing
+        run(batches[0])
+        run(batches[-1])
+    alternate(run_a, run_b, batches, args.rounds)
+
+
+if __name__ == "__main__":
+    main()
