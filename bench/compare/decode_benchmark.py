@@ -15,6 +15,8 @@ import re
 import subprocess
 import sys
 
+from bench.compare.scoring import bleu
+
 # Our rows: (name, export flags, decode_peer flags). The default export is made once.
 OURS = (("ours_savedmodel_xla", ("--decode_jit_compile",), {}),
         ("ours_savedmodel", (), {}),
@@ -41,7 +43,6 @@ def decode(python, system, model, sources, work, name, args, env=None, **extra):
 
 def decode_all(args, work, d, results):
     """Every system's decoding figures into results["decode"][name]."""
-    from bench.compare.run_protocol import bleu
     from bench.compare.trainings import CT2_VENV, ONMT_VENV, REPO, run_logged
 
     sp, sources, refs = d["sp"], d["test_sources"], d["test_targets"]

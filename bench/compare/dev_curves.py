@@ -12,6 +12,8 @@ import re
 import subprocess
 import sys
 
+from bench.compare.scoring import bleu
+
 
 def checkpoint_seconds(lines) -> dict:
     """(seconds, line) pairs of a training log -> {checkpoint file name: seconds}."""
@@ -35,7 +37,6 @@ def add_dev_curves(args, work, d, results) -> None:
     """Adds `curve_dev_bleu` [(seconds, BLEU)] to each trained system's results
     (run_protocol's `results`, `d` its prepare_data)."""
     from bench.compare import trainings
-    from bench.compare.run_protocol import bleu
     from bench.compare.train_logs import read_logged
     # Both systems keep their checkpoints with TensorFlow's CheckpointManager.
     from tf_transformer.training.checkpoints import checkpoint_paths

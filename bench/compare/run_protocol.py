@@ -35,6 +35,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 
 from bench.compare import decode_benchmark, dev_curves  # noqa: E402
 from bench.compare.report import plot, report  # noqa: E402
+from bench.compare.scoring import bleu  # noqa: E402
 from bench.compare.trainings import (ONMT_VENV, OPENNMT_SETTING, OPENNMT_SWEEP, REPO,  # noqa: E402
                                      cpu_model, earlier_trainings, one_core_matmul_peak,
                                      recipe_model, run_logged, train_both)
@@ -115,11 +116,6 @@ def prepare_data(args, work):
 
 
 # -- decoding ----------------------------------------------------------------
-def bleu(hypotheses, references):
-    import sacrebleu
-    return sacrebleu.corpus_bleu(hypotheses, [references]).score
-
-
 def test_bleu(args, work, d, results):
     """Each system's own decoder on the test subset: its sacreBLEU."""
     refs, skip = d["test_targets"], args.skip.split(",")
