@@ -60,13 +60,9 @@ def alternate(run_a: Run, run_b: Run, batches: Sequence[list], rounds: int,
 
 
 def _serving(path: str) -> Run:
-    import tensorflow as tf
-
-    serve = tf.saved_model.load(path).signatures["serving_default"]
-
-    def run(lines):
-        return [t.decode("utf-8") for t in serve(text=tf.constant(lines))["translation"].numpy()]
-    return run
+    """Our export's serving_default, called as decode_peer.py times it."""
+    from bench.compare.decode_peer import load_system
+    return load_system(argparse.Namespace(system="tf_transformer", model=path, threads=0))
 
 
 def main(argv=None):
@@ -80,7 +76,6 @@ def main(argv=None):
     args = parser.parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import tensorflow as tf
-    import tensorflow_text  # noqa: F401  (registers the SentencePiece op)
 
     if args.threads:
         tf.config.threading.set_intra_op_parallelism_threads(args.threads)

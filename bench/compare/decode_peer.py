@@ -27,7 +27,9 @@ import statistics
 import time
 
 
-def _load(args):
+def load_system(args):
+    """`run(lines) -> translations` of args.system at args.model (args.threads:
+    intra-op threads, 0 the default); bench.ab_exports loads ours the same way."""
     if args.system == "ctranslate2":
         import ctranslate2
 
@@ -110,7 +112,7 @@ def main():
     with open(args.sources, encoding="utf-8") as f:
         lines = [line.rstrip("\n") for line in f]
     start = time.perf_counter()
-    run = _load(args)
+    run = load_system(args)
     run(lines[:args.batch_size])  # trace / warm up
     load_seconds = time.perf_counter() - start
     step = max(1, len(lines) // max(args.latency_sentences, 1))

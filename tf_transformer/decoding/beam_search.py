@@ -120,7 +120,8 @@ class BeamSearch:
         max_lengths = tf.clip_by_value(max_lengths, 1, max_decode_length)
         self.batch_size, self.max_decode_length = batch_size, max_decode_length
         self.config = SearchConfig(symbols_to_logits_fn, vocab_size, beam_size,
-                              tf.cast(alpha, tf.float32), max_lengths, eos_id, bos_id, nbest)
+                                   tf.cast(alpha, tf.float32), max_lengths, eos_id, bos_id,
+                                   nbest)
 
     def start(self, initial_cache: Cache) -> BeamState:
         """The state after the first step: before it, one alive hypothesis (BOS) per
