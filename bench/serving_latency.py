@@ -31,7 +31,7 @@ from tf_transformer.decoding.translator import Translator
 from tf_transformer.exporters import saved_model, warmup
 from tf_transformer.inputs import corpus, tokenizer
 from tf_transformer.model import build_model
-from tf_transformer.training import checkpoints
+from tf_transformer import model_dir as model_dir_lib
 
 MODEL_DIR = flags.DEFINE_string("model_dir", None, "A trained model dir; default random `small`.")
 REQUESTS = flags.DEFINE_integer("requests", 30, "Batch-1 requests for the latency figures.")
@@ -51,7 +51,7 @@ def _random_small_model_dir(path: str) -> str:
     train = corpus.read_tsv(os.path.join(DATA_DIR, "train.tsv"))
     proto = tokenizer.train_sentencepiece(train, 8000)
     config = presets.get_preset("small", vocab_size=tokenizer.Tokenizer(proto).vocab_size)
-    checkpoints.prepare_model_dir(path, config, proto)
+    model_dir_lib.prepare_model_dir(path, config, proto)
     model = build_model(config.model)
     tf.train.CheckpointManager(tf.train.Checkpoint(model=model), path, max_to_keep=1).save(0)
     return path
@@ -84,7 +84,7 @@ def main(argv):
     used = translator.checkpoint_paths
     start = time.perf_counter()
     path = saved_model.export(translator, os.path.join(work, "export"),
-                             os.path.join(model_dir, checkpoints.VOCAB_FILE),
+                             os.path.join(model_dir, model_dir_lib.VOCAB_FILE),
                              {"checkpoints": used}, warmup_sentences=())
     export_seconds = time.perf_counter() - start
     serve = tf.saved_model.load(path).signatures["serving_default"]

@@ -54,7 +54,7 @@ def main(argv):
         return
     from tf_transformer.config import Config
     from tf_transformer.exporters import saved_model, warmup
-    from tf_transformer.training import checkpoints
+    from tf_transformer import model_dir as model_dir_lib
 
     translator, _ = flags_lib.translator_from_flags(all_beams=True)
     used = translator.checkpoint_paths
@@ -67,7 +67,7 @@ def main(argv):
         "config": json_config(Config.load(FLAGS.model_dir)),
     }
     path = saved_model.export(
-        translator, FLAGS.export_dir, os.path.join(FLAGS.model_dir, checkpoints.VOCAB_FILE),
+        translator, FLAGS.export_dir, os.path.join(FLAGS.model_dir, model_dir_lib.VOCAB_FILE),
         metadata, sentences, FLAGS.model_name)
     print(path)
 

@@ -20,7 +20,7 @@ from tf_transformer.decoding.translator import Translator, translate_sentences
 from tf_transformer.inputs import corpus, pipeline
 from tf_transformer.inputs.corpus import Corpus
 from tf_transformer.model import build_model
-from tf_transformer.training import checkpoints
+from tf_transformer import model_dir as model_dir_lib
 from tf_transformer.training.trainer import Trainer
 
 SENTENCES = [
@@ -66,7 +66,7 @@ def memorised(tmp_path_factory, spm_model_path, small_tokenizer, toy_pairs):
         decode=DecodeConfig(beam_size=1, extra_length=10, batch_size=8))
     model_dir = str(tmp_path_factory.mktemp("memorised") / "model")
     with open(spm_model_path, "rb") as f:
-        checkpoints.prepare_model_dir(model_dir, config, f.read())
+        model_dir_lib.prepare_model_dir(model_dir, config, f.read())
     trainer = Trainer(config, model_dir, tf.distribute.OneDeviceStrategy("/cpu:0"))
     lines = []
     dev_bleu = evaluation.dev_bleu_fn(toy_pairs, small_tokenizer, config)
@@ -89,7 +89,7 @@ def test_dev_bleu_of_a_memorised_set_is_high(memorised, toy_pairs, small_tokeniz
 def test_dev_bleu_of_random_weights_is_near_zero(tiny_model_dir, memorised, toy_pairs,
                                                  small_tokenizer):
     config = memorised[1]
-    random_model = checkpoints.load_model(tiny_model_dir).model  # seeded ckpt-0, not trained
+    random_model = model_dir_lib.load_model(tiny_model_dir).model  # seeded ckpt-0, not trained
     metrics = evaluation.dev_bleu_fn(toy_pairs, small_tokenizer, config)(random_model)
     assert metrics["dev_bleu"] < GARBAGE_CEILING
 

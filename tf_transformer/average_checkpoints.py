@@ -28,14 +28,15 @@ def main(argv):
         raise app.UsageError("give --num_last or --num_best, not both")
     from tf_transformer.config import Config
     from tf_transformer.model import build_model
-    from tf_transformer.training import checkpoints, selection
+    from tf_transformer import model_dir as model_dir_lib
+    from tf_transformer.training import selection
 
     if FLAGS.num_best:
-        number, which, checkpoint = FLAGS.num_best, "best", selection.BEST
+        number, which, checkpoint = FLAGS.num_best, "best", model_dir_lib.BEST
     else:
         number = FLAGS.num_last or Config.load(FLAGS.model_dir).train.average_last
         which, checkpoint = "last", None
-    path = checkpoints.write_averaged(FLAGS.model_dir, number, FLAGS.output, build_model,
+    path = model_dir_lib.write_averaged(FLAGS.model_dir, number, FLAGS.output, build_model,
                                       checkpoint)
     print(f"averaged {which} {number} checkpoints of {FLAGS.model_dir} into {path}")
 

@@ -81,7 +81,7 @@ def define_model_dir_flags() -> None:
 
 
 def define_restore_flags() -> None:
-    """--model_dir and which of its checkpoints to load (checkpoints.load_model)."""
+    """--model_dir and which of its checkpoints to load (model_dir.load_model)."""
     define_model_dir_flags()
     flags.DEFINE_string("checkpoint", None,
                         "A checkpoint path or directory, or 'best' (the best by dev score, "

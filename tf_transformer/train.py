@@ -52,7 +52,8 @@ def main(argv):
     del argv
 
     from tf_transformer.inputs import corpus, packing, pipeline
-    from tf_transformer.training import checkpoints, distribution, divergence, selection
+    from tf_transformer import model_dir as model_dir_lib
+    from tf_transformer.training import distribution, divergence, selection
     from tf_transformer.training.evaluators import dev_loss_fn
     from tf_transformer.training.trainer import NonFiniteLossError, Trainer
 
@@ -66,7 +67,7 @@ def main(argv):
     tok = shared_vocabulary(train_corpus, distribution.is_chief(strategy))
     config = flags_lib.with_vocab_size(flags_lib.config_from_flags(), tok.vocab_size)
     if distribution.is_chief(strategy):
-        checkpoints.prepare_model_dir(FLAGS.model_dir, config, tok.model_proto)
+        model_dir_lib.prepare_model_dir(FLAGS.model_dir, config, tok.model_proto)
     logging.info("config:\n%s", config.to_json())
 
     evaluate_fn = None
@@ -101,15 +102,16 @@ def main(argv):
         sys.exit(2)
     print_progress(f"done step={result.step} loss={result.loss:.4f} "
                    f"stopped_by={result.stopped_by} checkpoint={result.checkpoint}"
-                   + (selection.best_summary(FLAGS.model_dir) if evaluate_fn else ""))
+                   + (model_dir_lib.best_summary(FLAGS.model_dir) if evaluate_fn else ""))
 
 
 def shared_vocabulary(train_corpus, chief: bool):
     """--vocab, or MODEL_DIR/vocab.model trained by the chief while the other workers wait."""
     from tf_transformer.inputs import tokenizer
-    from tf_transformer.training import checkpoints, distribution
+    from tf_transformer import model_dir as model_dir_lib
+    from tf_transformer.training import distribution
 
-    vocab_path = FLAGS.vocab or os.path.join(FLAGS.model_dir, checkpoints.VOCAB_FILE)
+    vocab_path = FLAGS.vocab or os.path.join(FLAGS.model_dir, model_dir_lib.VOCAB_FILE)
     if not os.path.exists(vocab_path):
         if chief:
             logging.info("training a %d-piece vocabulary into %s", FLAGS.vocab_size, vocab_path)

@@ -39,7 +39,7 @@ def add_dev_curves(args, work, d, results) -> None:
     from bench.compare import trainings
     from bench.compare.train_logs import read_logged
     # Both systems keep their checkpoints with TensorFlow's CheckpointManager.
-    from tf_transformer.training.checkpoints import checkpoint_paths
+    from tf_transformer.model_dir import checkpoint_paths
 
     count = args.dev_curve_sentences
     sources, references = d["dev_sources"][:count], d["dev_targets"][:count]

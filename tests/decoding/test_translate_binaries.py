@@ -20,7 +20,7 @@ from sacrebleu.metrics import BLEU, CHRF
 from tf_transformer.config import DecodeConfig
 from tf_transformer.decoding.translator import Translator, translate_sentences
 from tf_transformer.model import build_model
-from tf_transformer.training import checkpoints
+from tf_transformer import model_dir as model_dir_lib
 
 LINES = SAMPLE_LINES[:7]
 DECODE_FLAGS = ["--beam_size=1", "--extra_length=4", "--batch_size=2"]
@@ -53,7 +53,7 @@ def _run(binary, *args, **kwargs):
 def test_file_output_in_chunks_equals_the_whole_file_at_once(tmp_path, tiny_model_dir, translator):
     """Also: an averaged model directory, the attention plot, progress lines on stderr."""
     averaged = str(tmp_path / "averaged")  # the mean of one checkpoint is itself
-    checkpoints.write_averaged(tiny_model_dir, 1, averaged, build_model)
+    model_dir_lib.write_averaged(tiny_model_dir, 1, averaged, build_model)
     source, output, plot = tmp_path / "in.txt", tmp_path / "out.txt", tmp_path / "attention.png"
     source.write_text("\n".join(LINES) + "\n", encoding="utf-8")
     result = _run("translate", f"--model_dir={averaged}", f"--input={source}",

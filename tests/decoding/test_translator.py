@@ -18,7 +18,7 @@ from tf_transformer.decoding.xla_search import FIRST_CACHE_LENGTH
 from tf_transformer.inputs.tokenizer import Tokenizer
 from tf_transformer.model import cache as caches
 from tf_transformer.model.transformer import build_model
-from tf_transformer.training import checkpoints
+from tf_transformer import model_dir as model_dir_lib
 
 SENTENCES = [
     "Fonts",
@@ -44,7 +44,7 @@ def _model(model_dir, eos_scale=1.0, **model_overrides):
 
 
 def _translator(model_dir, eos_scale=1.0, **decode):
-    tokenizer = Tokenizer(f"{model_dir}/{checkpoints.VOCAB_FILE}")
+    tokenizer = Tokenizer(f"{model_dir}/{model_dir_lib.VOCAB_FILE}")
     return Translator(_model(model_dir, eos_scale), tokenizer, DecodeConfig(**decode),
                       max_source_length=64)
 
@@ -169,7 +169,7 @@ def test_maximum_length_is_source_length_plus_extra_length(tiny_model_dir, sourc
 
 
 def test_learned_positions_cap_the_output_length(tiny_model_dir):
-    tokenizer = Tokenizer(f"{tiny_model_dir}/{checkpoints.VOCAB_FILE}")
+    tokenizer = Tokenizer(f"{tiny_model_dir}/{model_dir_lib.VOCAB_FILE}")
     config = Config.load(tiny_model_dir).model
     model = build_model(config.__class__(**{**config.__dict__, "positions": "learned",
                                             "max_positions": 24}))

@@ -17,7 +17,7 @@ from export import __main__ as export_main
 from tf_transformer.config import EOS_ID, Config, DecodeConfig
 from tf_transformer.exporters import versions, warmup
 from tf_transformer.model import build_model
-from tf_transformer.training import checkpoints
+from tf_transformer import model_dir as model_dir_lib
 
 FLAGS = flags.FLAGS
 SERVING_DIR = os.path.join(REPO_ROOT, "export", "serving")
@@ -64,7 +64,7 @@ def _save_eos_scaled(model_dir, source_dir, scales):
 def make_model_dir(path, tiny_model_dir):
     """tiny_model_dir's config and vocabulary; ckpt-1 (EOS scale 4.5), ckpt-2 (scale 4)."""
     os.makedirs(path)
-    for name in ("config.json", checkpoints.VOCAB_FILE):
+    for name in ("config.json", model_dir_lib.VOCAB_FILE):
         shutil.copy(os.path.join(tiny_model_dir, name), path)
     _save_eos_scaled(path, tiny_model_dir, scales=[4.5, 4.0])  # latest: ckpt-2, scale 4
     return path

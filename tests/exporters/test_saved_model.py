@@ -17,7 +17,7 @@ from saved_model_fixtures import SIGNATURE_SPECS, dev_sentences, serve_bytes
 
 from tf_transformer.config import EOS_ID
 from tf_transformer.exporters import saved_model, warmup
-from tf_transformer.training import checkpoints
+from tf_transformer import model_dir as model_dir_lib
 
 
 # -- layout, assets, signatures -------------------------------------------------
@@ -28,7 +28,7 @@ def test_layout_metadata_and_assets(exported, model_dir):
     for name in ("saved_model.pb", "variables/variables.index", "assets/vocab.model",
                  "assets/export_metadata.json", warmup.WARMUP_FILE):
         assert os.path.exists(os.path.join(exported, name)), name
-    with open(os.path.join(model_dir, checkpoints.VOCAB_FILE), "rb") as f:
+    with open(os.path.join(model_dir, model_dir_lib.VOCAB_FILE), "rb") as f:
         vocab = f.read()
     with open(os.path.join(exported, "assets", "vocab.model"), "rb") as f:
         assert f.read() == vocab

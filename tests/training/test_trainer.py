@@ -16,7 +16,8 @@ from tf_transformer.config import (
     TrainConfig,
 )
 from tf_transformer.model import build_model
-from tf_transformer.training import checkpoints, losses
+from tf_transformer import model_dir as model_dir_lib
+from tf_transformer.training import losses
 from tf_transformer.training.trainer import NonFiniteLossError, Trainer
 
 MODEL = ModelConfig(vocab_size=30, num_layers=1, d_model=16, d_ff=32, num_heads=2, dropout=0.0)
@@ -158,7 +159,7 @@ def test_nan_loss_stops_with_the_step_and_keeps_the_last_good_checkpoint(tmp_pat
 def test_averaging_is_the_arithmetic_mean(tmp_path):
     config = _config()
     model_dir = str(tmp_path / "run")
-    checkpoints.prepare_model_dir(model_dir, config, b"vocab")
+    model_dir_lib.prepare_model_dir(model_dir, config, b"vocab")
     model = build_model(config.model)
     step = tf.Variable(0, dtype=tf.int64)
     manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model, step=step), model_dir, 5)
@@ -170,7 +171,7 @@ def test_averaging_is_the_arithmetic_mean(tmp_path):
         values.append(weights)
         manager.save(checkpoint_number=i)
     out = str(tmp_path / "avg")
-    checkpoints.write_averaged(model_dir, 3, out, build_model)
+    model_dir_lib.write_averaged(model_dir, 3, out, build_model)
     averaged = build_model(config.model)
     tf.train.Checkpoint(model=averaged).restore(tf.train.latest_checkpoint(out)).expect_partial()
     for got, *last in zip(averaged.get_weights(), *values[1:]):
@@ -180,12 +181,12 @@ def test_averaging_is_the_arithmetic_mean(tmp_path):
 
 def test_model_dir_for_another_model_is_refused(tmp_path):
     config = _config()
-    checkpoints.prepare_model_dir(str(tmp_path), config, b"vocab-a")
+    model_dir_lib.prepare_model_dir(str(tmp_path), config, b"vocab-a")
     bigger = dataclasses.replace(config, model=dataclasses.replace(MODEL, d_model=32))
     with pytest.raises(ConfigError, match="different architecture"):
-        checkpoints.prepare_model_dir(str(tmp_path), bigger, b"vocab-a")
+        model_dir_lib.prepare_model_dir(str(tmp_path), bigger, b"vocab-a")
     with pytest.raises(ConfigError, match="another vocabulary"):
-        checkpoints.prepare_model_dir(str(tmp_path), config, b"vocab-b")
+        model_dir_lib.prepare_model_dir(str(tmp_path), config, b"vocab-b")
 
 
 def read_scalars(logdir, skip=()):

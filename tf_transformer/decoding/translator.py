@@ -46,7 +46,7 @@ from tf_transformer.decoding.xla_search import LENGTH_BUCKET, CompiledSearch  # 
 from tf_transformer.inputs.tokenizer import Tokenizer
 from tf_transformer.model.layers.linear import eigen_products
 from tf_transformer.model.transformer import Transformer
-from tf_transformer.training import checkpoints
+from tf_transformer import model_dir as model_dir_lib
 
 # Sub-batches of fewer sentences cost more than the idle time they fill
 # (4 searches of 8 at batch 32 were slower than one of 32; BUILD.md, "Decoding").
@@ -93,14 +93,14 @@ class Translator(tf.Module):
     def from_model_dir(cls, model_dir: str, checkpoint: str | None = None,
                        decode_config: DecodeConfig | None = None,
                        average_last: int = 0) -> "Translator":
-        """The Translator of `model_dir` (checkpoints.load_model picks the weights).
+        """The Translator of `model_dir` (model_dir.load_model picks the weights).
 
         `decode_config` defaults to the one in config.json; the checkpoints the
         weights come from are kept in `checkpoint_paths`.
         """
-        config, model, paths = checkpoints.load_model(model_dir, checkpoint, average_last)
+        config, model, paths = model_dir_lib.load_model(model_dir, checkpoint, average_last)
         logging.info("restored %s", ", ".join(paths))
-        tokenizer = Tokenizer(os.path.join(model_dir, checkpoints.VOCAB_FILE))
+        tokenizer = Tokenizer(os.path.join(model_dir, model_dir_lib.VOCAB_FILE))
         translator = cls(model, tokenizer, decode_config or config.decode, config.data.max_length)
         translator.checkpoint_paths = tuple(paths)
         return translator

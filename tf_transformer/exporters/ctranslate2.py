@@ -64,7 +64,7 @@ import tensorflow as tf
 from tf_transformer.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID, DecodeConfig
 from tf_transformer.model import Transformer
 from tf_transformer.model.layers import SelfAttention
-from tf_transformer.training import checkpoints
+from tf_transformer import model_dir as model_dir_lib
 
 try:
     import ctranslate2
@@ -209,8 +209,8 @@ def export_ctranslate2(model_dir: str, output_dir: str, checkpoint: str | None =
         "int8_float32", "int16", "float16", "bfloat16", ...). Any type can also
         be chosen at load time with ctranslate2.Translator(compute_type=...).
     """
-    config, model, paths = checkpoints.load_model(model_dir, checkpoint, average_last or 0)
-    vocab_path = os.path.join(model_dir, checkpoints.VOCAB_FILE)
+    config, model, paths = model_dir_lib.load_model(model_dir, checkpoint, average_last or 0)
+    vocab_path = os.path.join(model_dir, model_dir_lib.VOCAB_FILE)
     metadata = {"model_dir": os.path.abspath(model_dir),
                 "checkpoints": [os.path.abspath(p) for p in paths],
                 "averaged": len(paths) if average_last else 0,

@@ -1,10 +1,10 @@
 """Model selection: the N best checkpoints by dev score, kept apart, and early stopping.
 
-Layout: MODEL_DIR/best/ holds copies of the rolling checkpoints that scored
-best (the full training checkpoint, so a best one can also be resumed from),
-`best.json` (the record: every evaluation, and the kept ones best first) and a
-TensorFlow `checkpoint` index whose latest entry is the best, so
-`tf.train.latest_checkpoint(MODEL_DIR/best)` is the best checkpoint too.
+MODEL_DIR/best/ (model_dir.py reads and writes it) holds copies of the rolling
+checkpoints that scored best (the full training checkpoint, so a best one can
+also be resumed from), `best.json` (the record: every evaluation, and the kept
+ones best first) and a TensorFlow `checkpoint` index whose latest entry is the
+best, so `tf.train.latest_checkpoint(MODEL_DIR/best)` is the best checkpoint too.
 
 The score is dev BLEU when the evaluation has it, else minus the dev loss.
 Writes are ordered for crashes: the files are copied first, then the record
@@ -15,16 +15,12 @@ best list and the early-stopping count survive restarts.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable
 
-import tensorflow as tf
 from absl import logging
 
-BEST_DIR = "best"
-RECORD_FILE = "best.json"
-BEST = "best"  # the --checkpoint value that names the best checkpoint(s)
+from tf_transformer import model_dir as model_dir_lib
 
 
 def score_of(metrics: dict) -> tuple[str, float]:
@@ -34,44 +30,6 @@ def score_of(metrics: dict) -> tuple[str, float]:
     if "dev_loss" in metrics:
         return "dev_loss", -float(metrics["dev_loss"])
     raise ValueError(f"no dev_bleu or dev_loss to select by in {sorted(metrics)}")
-
-
-def read_record(model_dir: str) -> dict:
-    """MODEL_DIR/best/best.json, or an empty record."""
-    path = os.path.join(model_dir, BEST_DIR, RECORD_FILE)
-    if not tf.io.gfile.exists(path):
-        return {"metric": None, "evaluations": [], "best": []}
-    with tf.io.gfile.GFile(path) as f:
-        return json.load(f)
-
-
-def best_checkpoints(model_dir: str, num_best: int = 1) -> list[str]:
-    """Paths of the `num_best` best checkpoints, best first; ValueError if fewer are kept."""
-    kept = read_record(model_dir)["best"]
-    if len(kept) < num_best:
-        raise ValueError(f"{os.path.join(model_dir, BEST_DIR)} keeps {len(kept)} best "
-                         f"checkpoints, fewer than {num_best} (is --dev_data set in training?)")
-    return [os.path.join(model_dir, BEST_DIR, entry["checkpoint"]) for entry in kept[:num_best]]
-
-
-def best_summary(model_dir: str) -> str:
-    """The done line's ' best=best/ckpt-N best_dev_bleu=X', or '' when none is kept."""
-    record = read_record(model_dir)
-    return "".join(f" best={BEST_DIR}/{e['checkpoint']} best_{record['metric']}="
-                   f"{e[record['metric']]:.4f}" for e in record["best"][:1])
-
-
-def _copy_checkpoint(prefix: str, directory: str) -> str:
-    """Copies the files of checkpoint `prefix` (index, data shards) into `directory`."""
-    name = os.path.basename(prefix)
-    files = tf.io.gfile.glob(prefix + ".*")
-    if not files:
-        raise FileNotFoundError(f"no files for checkpoint {prefix}")
-    for path in files:
-        target = os.path.join(directory, os.path.basename(path))
-        tf.io.gfile.copy(path, target + ".tmp", overwrite=True)
-        tf.io.gfile.rename(target + ".tmp", target, overwrite=True)
-    return name
 
 
 class ModelSelection:
@@ -86,10 +44,11 @@ class ModelSelection:
 
     def __init__(self, model_dir: str, keep_best: int, early_stop: int = 0, chief: bool = True,
                  start_step: int = 0, log_fn: Callable[[str], None] = logging.info):
-        self.directory = os.path.join(model_dir, BEST_DIR)
+        self.model_dir = model_dir
+        self.directory = os.path.join(model_dir, model_dir_lib.BEST_DIR)
         self.keep_best, self.early_stop, self.chief = keep_best, early_stop, chief
         self.log_fn = log_fn
-        record = read_record(model_dir)
+        record = model_dir_lib.read_record(model_dir)
         self.metric = record["metric"]
         self.evaluations = [e for e in record["evaluations"] if e["step"] <= start_step]
         self.best = [e for e in record["best"] if e["step"] <= start_step]
@@ -136,20 +95,5 @@ class ModelSelection:
         return improved
 
     def _write(self, new_checkpoint: str | None) -> None:
-        tf.io.gfile.makedirs(self.directory)
-        if new_checkpoint:
-            _copy_checkpoint(new_checkpoint, self.directory)
-        path = os.path.join(self.directory, RECORD_FILE)
-        with tf.io.gfile.GFile(path + ".tmp", "w") as f:
-            json.dump({"metric": self.metric, "best": self.best,
-                       "evaluations": self.evaluations}, f, indent=1)
-        tf.io.gfile.rename(path + ".tmp", path, overwrite=True)
-        names = [e["checkpoint"] for e in self.best]
-        if names:  # latest_checkpoint(best/) is the best one
-            tf.compat.v1.train.update_checkpoint_state(
-                self.directory, names[0], all_model_checkpoint_paths=names[::-1])
-        kept = set(names)
-        for path in tf.io.gfile.glob(os.path.join(self.directory, "*.index")) + \
-                tf.io.gfile.glob(os.path.join(self.directory, "*.data-*")):
-            if os.path.basename(path).split(".")[0] not in kept:
-                tf.io.gfile.remove(path)
+        record = {"metric": self.metric, "best": self.best, "evaluations": self.evaluations}
+        model_dir_lib.write_record(self.model_dir, record, new_checkpoint)

@@ -1,4 +1,4 @@
-"""training/checkpoints.py on its own: the model-directory contract and averaging.
+"""model_dir.py on its own: the model-directory contract and averaging.
 
 The fixture writes four checkpoints of a tiny model whose weights are set to
 known random values before each save (the manager keeps the last three), so
@@ -14,7 +14,7 @@ from model_fixtures import tiny_config
 
 from tf_transformer.config import Config, ConfigError
 from tf_transformer.model import build_model
-from tf_transformer.training import checkpoints
+from tf_transformer import model_dir as model_dir_lib
 
 STEPS = (10, 20, 30, 40)
 KEPT = 3  # the manager's max_to_keep: ckpt-10 is deleted
@@ -35,7 +35,7 @@ def config(small_tokenizer):
 def model_dir(tmp_path_factory, config, vocab_proto):
     """(path, {step: [float32 arrays in model.weights order]})."""
     path = str(tmp_path_factory.mktemp("checkpoints") / "model")
-    checkpoints.prepare_model_dir(path, config, vocab_proto)
+    model_dir_lib.prepare_model_dir(path, config, vocab_proto)
     model = build_model(config.model)
     manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model), path, max_to_keep=KEPT)
     rng = np.random.default_rng(0)
@@ -62,27 +62,27 @@ def _mean(arrays_by_step, steps):
 
 def test_resolve_a_path_a_directory_and_an_empty_directory(model_dir, tmp_path):
     path, _ = model_dir
-    assert checkpoints.resolve(path) == os.path.join(path, "ckpt-40")
+    assert model_dir_lib.resolve(path) == os.path.join(path, "ckpt-40")
     explicit = os.path.join(path, "ckpt-20")
-    assert checkpoints.resolve(explicit) == explicit
+    assert model_dir_lib.resolve(explicit) == explicit
     with pytest.raises(FileNotFoundError, match="no checkpoint in"):
-        checkpoints.resolve(str(tmp_path))
-    assert checkpoints.checkpoint_paths(str(tmp_path)) == []
+        model_dir_lib.resolve(str(tmp_path))
+    assert model_dir_lib.checkpoint_paths(str(tmp_path)) == []
 
 
 def test_checkpoint_paths_and_last_checkpoints_are_oldest_first(model_dir):
     path, _ = model_dir
     kept = [os.path.join(path, f"ckpt-{s}") for s in STEPS[-KEPT:]]
-    assert checkpoints.checkpoint_paths(path) == kept
-    assert checkpoints.last_checkpoints(path, 2) == kept[-2:]
-    assert checkpoints.last_checkpoints(path, KEPT) == kept
+    assert model_dir_lib.checkpoint_paths(path) == kept
+    assert model_dir_lib.last_checkpoints(path, 2) == kept[-2:]
+    assert model_dir_lib.last_checkpoints(path, KEPT) == kept
     with pytest.raises(ValueError, match=f"keeps {KEPT} checkpoints, fewer than {KEPT + 1}"):
-        checkpoints.last_checkpoints(path, KEPT + 1)
+        model_dir_lib.last_checkpoints(path, KEPT + 1)
 
 
 def test_load_model_restores_the_latest_checkpoint(model_dir, config):
     path, weights = model_dir
-    loaded = checkpoints.load_model(path)
+    loaded = model_dir_lib.load_model(path)
     assert loaded.config == config
     assert loaded.paths == [os.path.join(path, "ckpt-40")]
     _assert_weights(loaded.model, weights[40])
@@ -90,14 +90,14 @@ def test_load_model_restores_the_latest_checkpoint(model_dir, config):
 
 def test_load_model_restores_an_explicit_checkpoint(model_dir):
     path, weights = model_dir
-    loaded = checkpoints.load_model(path, checkpoint=os.path.join(path, "ckpt-20"))
+    loaded = model_dir_lib.load_model(path, checkpoint=os.path.join(path, "ckpt-20"))
     assert loaded.paths == [os.path.join(path, "ckpt-20")]
     _assert_weights(loaded.model, weights[20])
 
 
 def test_load_model_reads_a_checkpoint_written_by_the_trainer(tiny_model_dir):
     """tiny_model_dir's ckpt-0 holds model and optimizer; only the model is read."""
-    loaded = checkpoints.load_model(tiny_model_dir)
+    loaded = model_dir_lib.load_model(tiny_model_dir)
     assert loaded.paths == [os.path.join(tiny_model_dir, "ckpt-0")]
     reader = tf.train.load_checkpoint(loaded.paths[0])
     embedding = loaded.model.target_embedding.token_embedding.embeddings
@@ -109,58 +109,58 @@ def test_load_model_reads_a_checkpoint_written_by_the_trainer(tiny_model_dir):
 
 def test_average_last_is_the_arithmetic_mean(model_dir):
     path, weights = model_dir
-    loaded = checkpoints.load_model(path, average_last=2)
+    loaded = model_dir_lib.load_model(path, average_last=2)
     assert loaded.paths == [os.path.join(path, "ckpt-30"), os.path.join(path, "ckpt-40")]
     _assert_weights(loaded.model, _mean(weights, (30, 40)))
-    loaded = checkpoints.load_model(path, average_last=KEPT)
+    loaded = model_dir_lib.load_model(path, average_last=KEPT)
     _assert_weights(loaded.model, _mean(weights, (20, 30, 40)))
-    loaded = checkpoints.load_model(path, average_last=1)
+    loaded = model_dir_lib.load_model(path, average_last=1)
     _assert_weights(loaded.model, weights[40])
 
 
 def test_average_last_refuses_a_checkpoint_and_too_few_checkpoints(model_dir):
     path, _ = model_dir
     with pytest.raises(ValueError, match="either a checkpoint or average_last"):
-        checkpoints.load_model(path, checkpoint=os.path.join(path, "ckpt-20"), average_last=2)
+        model_dir_lib.load_model(path, checkpoint=os.path.join(path, "ckpt-20"), average_last=2)
     with pytest.raises(ValueError, match="fewer than 4 to average"):
-        checkpoints.load_model(path, average_last=KEPT + 1)
+        model_dir_lib.load_model(path, average_last=KEPT + 1)
     with pytest.raises(ValueError, match="no checkpoints to average"):
-        checkpoints.average_into(build_model(Config.load(path).model), [])
+        model_dir_lib.average_into(build_model(Config.load(path).model), [])
 
 
 def test_write_averaged_output_is_a_model_directory(model_dir, config, vocab_proto, tmp_path):
     path, weights = model_dir
     output = str(tmp_path / "averaged")
-    written = checkpoints.write_averaged(path, 2, output, build_model)
+    written = model_dir_lib.write_averaged(path, 2, output, build_model)
     assert written == os.path.join(output, "averaged-40")  # named after the newest step
     assert Config.load(output) == config
-    with open(os.path.join(output, checkpoints.VOCAB_FILE), "rb") as f:
+    with open(os.path.join(output, model_dir_lib.VOCAB_FILE), "rb") as f:
         assert f.read() == vocab_proto
-    loaded = checkpoints.load_model(output)
+    loaded = model_dir_lib.load_model(output)
     assert loaded.paths == [written]
     _assert_weights(loaded.model, _mean(weights, (30, 40)))
 
 
 def test_prepare_model_dir_writes_config_and_vocabulary(tmp_path, config, vocab_proto):
     path = str(tmp_path / "new")
-    checkpoints.prepare_model_dir(path, config, vocab_proto)
+    model_dir_lib.prepare_model_dir(path, config, vocab_proto)
     assert Config.load(path) == config
-    with open(os.path.join(path, checkpoints.VOCAB_FILE), "rb") as f:
+    with open(os.path.join(path, model_dir_lib.VOCAB_FILE), "rb") as f:
         assert f.read() == vocab_proto
-    assert sorted(os.listdir(path)) == ["config.json", checkpoints.VOCAB_FILE]
+    assert sorted(os.listdir(path)) == ["config.json", model_dir_lib.VOCAB_FILE]
     # The same model again (resuming) is fine; other training settings are rewritten.
     resumed = config.replace(train=config.train.__class__(max_steps=7))
-    checkpoints.prepare_model_dir(path, resumed, vocab_proto)
+    model_dir_lib.prepare_model_dir(path, resumed, vocab_proto)
     assert Config.load(path).train.max_steps == 7
 
 
 def test_prepare_model_dir_refuses_another_architecture(tmp_path, config, vocab_proto):
     path = str(tmp_path / "model")
-    checkpoints.prepare_model_dir(path, config, vocab_proto)
+    model_dir_lib.prepare_model_dir(path, config, vocab_proto)
     other = config.replace(model=config.model.__class__(
         **{**config.model.__dict__, "d_model": 64, "num_heads": 8}))
     with pytest.raises(ConfigError) as error:
-        checkpoints.prepare_model_dir(path, other, vocab_proto)
+        model_dir_lib.prepare_model_dir(path, other, vocab_proto)
     message = str(error.value)
     assert "different architecture" in message and "'d_model': (32, 64)" in message
     assert "'num_heads': (4, 8)" in message and "d_ff" not in message
@@ -169,8 +169,8 @@ def test_prepare_model_dir_refuses_another_architecture(tmp_path, config, vocab_
 
 def test_prepare_model_dir_refuses_another_vocabulary(tmp_path, config, vocab_proto):
     path = str(tmp_path / "model")
-    checkpoints.prepare_model_dir(path, config, vocab_proto)
+    model_dir_lib.prepare_model_dir(path, config, vocab_proto)
     with pytest.raises(ConfigError, match="trained with another vocabulary"):
-        checkpoints.prepare_model_dir(path, config, vocab_proto + b"x")
-    with open(os.path.join(path, checkpoints.VOCAB_FILE), "rb") as f:
+        model_dir_lib.prepare_model_dir(path, config, vocab_proto + b"x")
+    with open(os.path.join(path, model_dir_lib.VOCAB_FILE), "rb") as f:
         assert f.read() == vocab_proto

@@ -1,13 +1,29 @@
-"""Checkpoints: the model-directory contract, and averaging of the last or best N.
+"""The model directory: the one place a trained model lives.
 
-Writes go through tf.train.CheckpointManager: TensorFlow writes each
-checkpoint's files first and then replaces the small `checkpoint` index file
-atomically, so a crash during a write leaves the previous checkpoint the one
-that is restored.
+MODEL_DIR/
+  config.json          the frozen Config (config.py): every hyperparameter
+  vocab.model          the SentencePiece model both sides are tokenized with
+  checkpoint, ckpt-N.* TensorFlow's checkpoint index and the kept checkpoints
+                       (weights, optimizer; the trainer's, written through
+                       tf.train.CheckpointManager: a checkpoint's files first,
+                       then the small index replaced atomically, so a crash
+                       during a write leaves the previous checkpoint the one
+                       restored)
+  inputs/              each worker's input position at each checkpoint (training)
+  best/                copies of the best checkpoints by dev score, `best.json`
+                       (every evaluation, the kept ones best first) and an index
+                       whose latest entry is the best
+  train/, dev/         TensorBoard summaries
+
+Training writes it (`prepare_model_dir`, then checkpoints and best/);
+translation, evaluation, averaging and the exporters read it (`load_model`).
+An averaged directory (`write_averaged`) holds config, vocabulary and one
+weights-only checkpoint, and loads like any other.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Callable, NamedTuple
 
@@ -15,9 +31,11 @@ import numpy as np
 import tensorflow as tf
 
 from tf_transformer.config import Config, ConfigError
-from tf_transformer.training import selection
 
 VOCAB_FILE = "vocab.model"
+BEST_DIR = "best"
+RECORD_FILE = "best.json"
+BEST = "best"  # the --checkpoint value that names the best checkpoint(s)
 
 
 def checkpoint_paths(model_dir: str) -> list[str]:
@@ -29,11 +47,11 @@ def checkpoint_paths(model_dir: str) -> list[str]:
 def resolve(path: str, model_dir: str | None = None) -> str:
     """A checkpoint path, or a directory -> its latest checkpoint, or "best" -> the best
     checkpoint of `model_dir` (selection.py); FileNotFoundError if none."""
-    if path == selection.BEST:
+    if path == BEST:
         if model_dir is None:
             raise ValueError('checkpoint "best" needs the model_dir')
         try:
-            return selection.best_checkpoints(model_dir, 1)[0]
+            return best_checkpoints(model_dir, 1)[0]
         except ValueError as error:
             raise FileNotFoundError(str(error)) from None
     found = tf.train.latest_checkpoint(path) if tf.io.gfile.isdir(path) else path
@@ -58,7 +76,7 @@ def load_model(model_dir: str, checkpoint: str | None = None, average_last: int 
     latest checkpoint of model_dir. An averaged directory (`write_averaged`)
     loads like any model directory.
     """
-    if checkpoint and checkpoint != selection.BEST and average_last:
+    if checkpoint and checkpoint != BEST and average_last:
         raise ValueError('give either a checkpoint or average_last (with "best" or none), '
                          "not both")
     if build_model_fn is None:
@@ -66,8 +84,8 @@ def load_model(model_dir: str, checkpoint: str | None = None, average_last: int 
     config = Config.load(model_dir)
     model = build_model_fn(config.model)
     if average_last:
-        paths = (selection.best_checkpoints(model_dir, average_last)
-                 if checkpoint == selection.BEST else last_checkpoints(model_dir, average_last))
+        paths = (best_checkpoints(model_dir, average_last)
+                 if checkpoint == BEST else last_checkpoints(model_dir, average_last))
         average_into(model, paths)
         return LoadedModel(config, model, paths)
     path = resolve(checkpoint or model_dir, model_dir)
@@ -151,3 +169,65 @@ def write_averaged(model_dir: str, num_last: int, output_dir: str, build_model_f
     manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model, step=step), output_dir,
                                          max_to_keep=1, checkpoint_name="averaged")
     return manager.save(checkpoint_number=int(step.numpy()))
+
+
+# -- best/: the record of the best checkpoints (training/selection.py decides) ----
+def read_record(model_dir: str) -> dict:
+    """MODEL_DIR/best/best.json, or an empty record: {"metric", "evaluations", "best"}."""
+    path = os.path.join(model_dir, BEST_DIR, RECORD_FILE)
+    if not tf.io.gfile.exists(path):
+        return {"metric": None, "evaluations": [], "best": []}
+    with tf.io.gfile.GFile(path) as f:
+        return json.load(f)
+
+
+def best_checkpoints(model_dir: str, num_best: int = 1) -> list[str]:
+    """Paths of the `num_best` best checkpoints, best first; ValueError if fewer are kept."""
+    kept = read_record(model_dir)["best"]
+    if len(kept) < num_best:
+        raise ValueError(f"{os.path.join(model_dir, BEST_DIR)} keeps {len(kept)} best "
+                         f"checkpoints, fewer than {num_best} (is --dev_data set in training?)")
+    return [os.path.join(model_dir, BEST_DIR, entry["checkpoint"]) for entry in kept[:num_best]]
+
+
+def best_summary(model_dir: str) -> str:
+    """The done line's ' best=best/ckpt-N best_dev_bleu=X', or '' when none is kept."""
+    record = read_record(model_dir)
+    return "".join(f" best={BEST_DIR}/{e['checkpoint']} best_{record['metric']}="
+                   f"{e[record['metric']]:.4f}" for e in record["best"][:1])
+
+
+def write_record(model_dir: str, record: dict, new_checkpoint: str | None = None) -> None:
+    """Replaces best/'s record, ordered for crashes: `new_checkpoint`'s files are
+    copied in first, then the record is replaced atomically, then the index is
+    pointed at the best, then files the record no longer names are deleted."""
+    directory = os.path.join(model_dir, BEST_DIR)
+    tf.io.gfile.makedirs(directory)
+    if new_checkpoint:
+        _copy_checkpoint(new_checkpoint, directory)
+    path = os.path.join(directory, RECORD_FILE)
+    with tf.io.gfile.GFile(path + ".tmp", "w") as f:
+        json.dump(record, f, indent=1)
+    tf.io.gfile.rename(path + ".tmp", path, overwrite=True)
+    names = [e["checkpoint"] for e in record["best"]]
+    if names:  # latest_checkpoint(best/) is the best one
+        tf.compat.v1.train.update_checkpoint_state(
+            directory, names[0], all_model_checkpoint_paths=names[::-1])
+    kept = set(names)
+    for path in tf.io.gfile.glob(os.path.join(directory, "*.index")) + \
+            tf.io.gfile.glob(os.path.join(directory, "*.data-*")):
+        if os.path.basename(path).split(".")[0] not in kept:
+            tf.io.gfile.remove(path)
+
+
+def _copy_checkpoint(prefix: str, directory: str) -> str:
+    """Copies the files of checkpoint `prefix` (index, data shards) into `directory`."""
+    name = os.path.basename(prefix)
+    files = tf.io.gfile.glob(prefix + ".*")
+    if not files:
+        raise FileNotFoundError(f"no files for checkpoint {prefix}")
+    for path in files:
+        target = os.path.join(directory, os.path.basename(path))
+        tf.io.gfile.copy(path, target + ".tmp", overwrite=True)
+        tf.io.gfile.rename(target + ".tmp", target, overwrite=True)
+    return name
