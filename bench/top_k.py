@@ -15,7 +15,7 @@ import time
 
 import tensorflow as tf
 
-from tf_transformer.decoding.top_k import chunked_top_k
+from tf_transformer.search.top_k import chunked_top_k
 
 
 def parse_args(argv=None):

@@ -33,7 +33,7 @@ ctranslate2 = pytest.importorskip("ctranslate2")
 from model_fixtures import REPO_ROOT, make_model_dir  # noqa: E402
 
 from tf_transformer.config import BOS_ID, EOS_ID, PAD_ID, DecodeConfig  # noqa: E402
-from tf_transformer.decoding.beam_search import length_penalty  # noqa: E402
+from tf_transformer.search.beam_search import length_penalty  # noqa: E402
 from tf_transformer.decoding.translator import Translator  # noqa: E402
 from tf_transformer.exporters import ctranslate2 as ct2_export  # noqa: E402
 from tf_transformer.inputs import corpus  # noqa: E402

@@ -2,9 +2,9 @@
 
 Why: the loop runs until a batch's slowest sentence is done, and a done
 sentence that stays in the batch still costs its decoder step, the vocabulary
-projection, top-k and cache reorder (issue 16 measured 34% of row-steps live).
+projection, top-k and cache reorder (on sorted test batches only ~34% of row-steps were live).
 
-The working state (beam_step.BeamState) holds only some of the caller's
+The working state (state.BeamState) holds only some of the caller's
 sentences: `sentence` int32 [rows] names each working row's sentence, and
 `results` (full size, in the caller's order) receives a sentence's n-best
 list when it leaves (`write_results`). Two ways to leave:
@@ -13,7 +13,7 @@ list when it leaves (`write_results`). Two ways to leave:
     itself, with the rows of the parents of live sentences only, so dropping
     costs no extra copy of the self-attention cache (the encoder memory, never
     reordered, is gathered on those steps only).
-  XLA (`pack`, xla_search.py): shapes are static, so the state moves to a
+  XLA (`pack`, decoding/compiled_search.py): shapes are static, so the state moves to a
     smaller capacity between two loops, live sentences first.
 
 The cache: a plain nest is gathered whole, so it can always shrink. A
@@ -24,44 +24,15 @@ one without keeps every sentence (today's search).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, runtime_checkable
+from typing import Any
 
 import tensorflow as tf
 
-from tf_transformer.config import PAD_ID
-
-if TYPE_CHECKING:
-    from tf_transformer.decoding.beam_step import BeamState
-
-@runtime_checkable
-class BeamCache(Protocol):
-    """A cache that tiles and reorders itself (beam_search's docstring): tile makes
-    row b * beam + j a copy of row b; reorder(rows int32 [batch * beam]) makes
-    row i old row rows[i] wherever that matters. Optional, to shrink (module
-    docstring): compact(rows int32 [n * beam]) does so for every part."""
-
-    def tile(self, beam: int) -> "BeamCache": ...
-
-    def reorder(self, rows: tf.Tensor) -> "BeamCache": ...
-
+from tf_transformer.search.state import BeamCache, BeamState, Results
 
 # The BeamState fields with one row per working sentence (the cache aside).
 ROW_FIELDS = ("alive_ids", "alive_log_probs", "finished_ids", "finished_scores",
               "finished_lengths", "done", "max_lengths", "sentence")
-
-
-class Results(NamedTuple):
-    """The n-best lists of sentences that left the working rows, caller's order."""
-
-    ids: tf.Tensor  # int32 [batch, nbest, width], BOS first
-    scores: tf.Tensor  # float32 [batch, nbest], -inf if empty
-    lengths: tf.Tensor  # int32 [batch, nbest]
-
-
-def empty_results(batch, nbest: int, width) -> Results:
-    return Results(tf.fill(tf.stack([batch, nbest, width]), PAD_ID),
-                   tf.fill(tf.stack([batch, nbest]), float("-inf")),
-                   tf.zeros(tf.stack([batch, nbest]), tf.int32))
 
 
 def write_results(state: BeamState) -> Results:

@@ -3,7 +3,7 @@
 The reference is the same search with `shrink=False`: every sentence rides in
 the batch until the slowest is done (the search before live_rows). Batches mix
 sentences that stop at their first token, run to their maximum length, or stop
-early by EOS, plus filler rows (copies of the last sentence, as xla_search
+early by EOS, plus filler rows (copies of the last sentence, as compiled_search
 pads a batch). The scripted model reads a per-sentence random table held in
 the cache (like encoder memory), so a row gathered from the wrong sentence or
 parent changes the outputs. Scores may differ in the last bit of float32
@@ -20,8 +20,8 @@ import pytest
 import tensorflow as tf
 
 from tf_transformer.config import BOS_ID, EOS_ID, PAD_ID, ModelConfig
-from tf_transformer.decoding import live_rows
-from tf_transformer.decoding.beam_search import beam_search
+from tf_transformer.search import live_rows
+from tf_transformer.search.beam_search import beam_search
 from tf_transformer.model import cache as caches
 from tf_transformer.model.transformer import build_model
 
@@ -150,7 +150,7 @@ def test_pack_keeps_live_rows_first_and_results_in_place():
 
     @tf.function(jit_compile=True, input_signature=[TABLE_SPEC, tf.TensorSpec([8], tf.int32)])
     def staged(tables, max_lengths):
-        from tf_transformer.decoding.beam_search import BeamSearch
+        from tf_transformer.search.beam_search import BeamSearch
         search = BeamSearch(table_fn, vocab_size=VOCAB, beam_size=4, alpha=0.6,
                             max_lengths=max_lengths, nbest=2, max_decode_length=STEPS)
         state = search.start(TableCache(tables, tf.zeros([8], tf.int32)))

@@ -34,56 +34,19 @@ The loop ends when every sentence is done or at max(max_lengths) steps.
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple
-
 import tensorflow as tf
 
 from tf_transformer.config import PAD_ID
-from tf_transformer.decoding import live_rows
-from tf_transformer.decoding.top_k import chunked_top_k
+from tf_transformer.search import live_rows
+from tf_transformer.search.state import NEG_INF, BeamState, SearchConfig
+from tf_transformer.search.top_k import chunked_top_k
 
-# A BeamCache, or nested dicts/lists of tensors whose first dimension is the batch.
-Cache = Any
-SymbolsToLogitsFn = Callable[[tf.Tensor, tf.Tensor, Cache], tuple[tf.Tensor, Cache]]
-
-NEG_INF = float("-inf")
-
-
-class BeamState(NamedTuple):
-    """The search's state between steps, over `rows` working sentences (all of
-    the batch, or the live ones: live_rows.py); fixed shapes but for the
-    cache's and the number of rows."""
-
-    step: tf.Tensor  # int32 []: tokens decoded so far by every alive hypothesis
-    alive_ids: tf.Tensor  # int32 [rows, beam, width]: BOS, tokens, PAD; width = max_length + 1
-    alive_log_probs: tf.Tensor  # float32 [rows, beam]: -inf for a dead slot
-    alive_cache: Cache  # nested, each [rows * beam, ...], row b * beam + j
-    finished_ids: tf.Tensor  # int32 [rows, beam, width]
-    finished_scores: tf.Tensor  # float32 [rows, beam]: sorted descending, -inf if empty
-    finished_lengths: tf.Tensor  # int32 [rows, beam]
-    done: tf.Tensor  # bool [rows]: the sentence's n-best list can no longer change
-    max_lengths: tf.Tensor  # int32 [rows]: clipped to [1, max_decode_length]
-    sentence: tf.Tensor  # int32 [rows]: the row's index in the caller's batch
-    results: live_rows.Results  # [batch, nbest, ...]: of sentences that left the rows
 
 
 def length_penalty(length, alpha) -> tf.Tensor:
     """GNMT length penalty ((5 + |Y|) / 6) ** alpha, float32, shaped like `length`."""
     length = tf.cast(length, tf.float32)
     return tf.pow((5.0 + length) / 6.0, tf.cast(alpha, tf.float32))
-
-
-class SearchConfig(NamedTuple):
-    """The search's fixed arguments, passed to each named step."""
-
-    symbols_to_logits_fn: SymbolsToLogitsFn
-    vocab_size: int
-    beam_size: int
-    alpha: tf.Tensor
-    max_lengths: tf.Tensor  # int32 [batch], clipped to [1, max_decode_length]: the loop's end
-    eos_id: int
-    bos_id: int
-    nbest: int
 
 
 def search_step(config: SearchConfig, state: BeamState, shrink: bool,

@@ -16,7 +16,7 @@ import pytest
 import tensorflow as tf
 
 from tf_transformer.config import BOS_ID, EOS_ID, PAD_ID
-from tf_transformer.decoding.beam_search import (
+from tf_transformer.search.beam_search import (
     BeamCache,
     BeamSearchResult,
     beam_search,

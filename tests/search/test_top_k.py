@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tf_transformer.decoding.top_k import chunked_top_k
+from tf_transformer.search.top_k import chunked_top_k
 
 
 def _rows(seed, rows, n, levels):

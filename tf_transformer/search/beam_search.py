@@ -13,7 +13,7 @@ A done sentence has no alive hypotheses and its finished state is frozen. By
 default (`shrink`) it leaves the working batch after the step that finished it
 (live_rows.py); its results go to a full-size buffer in the caller's order.
 With a static buffer (XLA) the batch instead rides at full size until
-`advance` ends, the loop ending with the slowest sentence; xla_search.py then
+`advance` ends, the loop ending with the slowest sentence; decoding/compiled_search.py then
 moves the live ones to a smaller static capacity (live_rows.pack).
 
 The cache. The first step (`start`) runs the model on `initial_cache` as it is,
@@ -37,10 +37,10 @@ from typing import NamedTuple
 import tensorflow as tf
 
 from tf_transformer.config import BOS_ID, EOS_ID, PAD_ID
-from tf_transformer.decoding import live_rows
-from tf_transformer.decoding.beam_step import (  # noqa: F401 (length_penalty: the API)
-    NEG_INF, BeamState, Cache, SearchConfig, SymbolsToLogitsFn, length_penalty, search_step)
-from tf_transformer.decoding.live_rows import BeamCache  # noqa: F401 (the protocol)
+from tf_transformer.search import live_rows
+from tf_transformer.search.beam_step import length_penalty, search_step  # noqa: F401 (the API)
+from tf_transformer.search.state import (  # noqa: F401 (BeamCache: the protocol)
+    NEG_INF, BeamCache, BeamState, Cache, SearchConfig, SymbolsToLogitsFn, empty_results)
 
 
 class BeamSearchResult(NamedTuple):
@@ -143,7 +143,7 @@ class BeamSearch:
             done=tf.zeros(tf.stack([batch]), tf.bool),
             max_lengths=self.config.max_lengths,
             sentence=tf.range(batch),
-            results=live_rows.empty_results(batch, self.config.nbest, width))
+            results=empty_results(batch, self.config.nbest, width))
         if beam == 1:  # the untiled cache is already one row per hypothesis
             return state
         return search_step(self.config, state, self.shrink and live_rows.can_compact(
