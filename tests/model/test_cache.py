@@ -8,7 +8,6 @@ import tensorflow as tf
 from tf_transformer.config import BOS_ID, ModelConfig
 from tf_transformer.model import build_model, cache, masks
 from tf_transformer.model.cache import DecoderCache, FixedCache, GrowingCache
-from tf_transformer.model.layers.linear import eigen_products
 
 TINY = ModelConfig(vocab_size=40, num_layers=2, d_model=32, d_ff=64, num_heads=4, dropout=0.0)
 KINDS = {"growing": lambda length: cache.growing(), "chunked": lambda length: cache.chunked(),
@@ -112,7 +111,7 @@ def test_cache_equals_full_pass_compiled(kind, jit):
 
 
 def test_short_fixed_cache_padded_midway_equals_full_pass():
-    """XLA's staging (decoding/xla_search.py): 3 steps on 3 positions, then 8."""
+    """XLA's staging (decoding/compiled_search.py): 3 steps on 3 positions, then 8."""
     model = build_model(TINY)
     source, target = _batch()
     state = model.initial_cache(model.encode(source), source, cache.fixed(3))
@@ -197,40 +196,3 @@ def test_a_beam_folded_into_the_query_axis_attends_like_tiled_memory():
     tiled = layer.step(x, *(tf.repeat(t, group, axis=0) for t in (keys, values, bias)))
     assert folded.shape == tiled.shape == x.shape
     np.testing.assert_allclose(folded.numpy(), tiled.numpy(), rtol=1e-5, atol=1e-5)
-
-
-def test_a_decoding_step_runs_its_products_on_eigen():
-    """A step's products, attention, projections and output layer, are BatchMatMulV3 (no
-    oneDNN rewrite, so no oneDNN kernel per shape) and its softmax exp(LogSoftmax); the
-    full pass keeps MatMul and BatchMatMulV2."""
-    model = build_model(TINY)
-    source, target = _batch()
-    state = model.initial_cache(model.encode(source), source, cache.chunked(), True)
-
-    def op_types(function, *args):
-        graph = tf.function(function).get_concrete_function(*args).graph
-        return {op.type for op in graph.get_operations()}
-
-    step = op_types(lambda t, s: model.decode_step(t, s, state)[0], target, tf.constant(0))
-    assert "BatchMatMulV3" in step and not {"MatMul", "BatchMatMulV2", "Softmax"} & step
-    full = op_types(lambda s, t: model({"source": s, "target_in": t}), source, target)
-    assert {"MatMul", "BatchMatMulV2"} <= full and "BatchMatMulV3" not in full
-
-
-def test_the_encoder_inside_eigen_products_runs_its_projections_on_eigen():
-    """Translator encodes inside linear.eigen_products(): its projections become
-    BatchMatMulV3 (no oneDNN kernel per source width), with the same memory."""
-    model = build_model(TINY)
-    source, _ = _batch()
-
-    def encode(s):
-        with eigen_products():
-            return model.encode(s, training=False)
-
-    graph_types = {op.type for op in tf.function(encode).get_concrete_function(source).graph
-                   .get_operations()}
-    assert "BatchMatMulV3" in graph_types and "MatMul" not in graph_types
-    plain = tf.function(lambda s: model.encode(s, training=False))
-    assert "MatMul" in {op.type for op in plain.get_concrete_function(source).graph.get_operations()}
-    np.testing.assert_allclose(tf.function(encode)(source).numpy(), plain(source).numpy(),
-                               rtol=1e-5, atol=1e-5)

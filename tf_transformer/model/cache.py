@@ -32,9 +32,8 @@ from __future__ import annotations
 from typing import Callable, NamedTuple, Union
 
 import tensorflow as tf
-from tensorflow.python.ops import gen_array_ops
 
-from tf_transformer.model import masks
+from tf_transformer.model import kernels, masks
 
 
 class GrowingCache(NamedTuple):
@@ -65,9 +64,8 @@ def _scatter(buffer: tf.Tensor, column: tf.Tensor, step) -> tf.Tensor:
 
 
 def _write_in_place(buffer: tf.Tensor, column: tf.Tensor, index: tf.Tensor) -> tf.Tensor:
-    """`_scatter` without the copy: TensorFlow's InplaceUpdate writes rows `index`
-    of its input's own buffer (the op behind `alias_inplace_update`), here the
-    rows of `buffer` as [batch * h * L, d] that hold one position.
+    """`_scatter` without the copy (kernels.write_rows_in_place): rows `index` of
+    `buffer` as [batch * h * L, d], those that hold one position.
 
     Safe only on a buffer nobody else reads: ChunkedCache's buffers are made by
     `chunked()`'s Empty ops, the chunk's pad, or the search's tile or reorder
@@ -75,8 +73,8 @@ def _write_in_place(buffer: tf.Tensor, column: tf.Tensor, index: tf.Tensor) -> t
     attention.
     """
     depth = buffer.shape[-1] if buffer.shape[-1] is not None else tf.shape(buffer)[-1]
-    written = gen_array_ops.inplace_update(tf.reshape(buffer, [-1, depth]), index,
-                                           tf.reshape(column, [-1, depth]))
+    written = kernels.write_rows_in_place(tf.reshape(buffer, [-1, depth]), index,
+                                          tf.reshape(column, [-1, depth]))
     return tf.reshape(written, tf.shape(buffer))
 
 
@@ -157,16 +155,15 @@ def growing() -> EmptyCache:
 def chunked() -> EmptyCache:
     """Empty chunked caches (graph mode) of one chunk each.
 
-    Each buffer is its own `Empty` op (zero-filled): a stateful op, which Grappler
-    never merges. Two `tf.zeros` of one shape would be merged into one tensor
-    (common subexpressions), and so would every pad, tile and gather of it after,
-    leaving the keys and values of every layer in one buffer that each in-place
-    write overwrites.
+    Each buffer is its own zero tensor (kernels.distinct_zeros): two `tf.zeros` of
+    one shape would be merged into one tensor (common subexpressions), and so
+    would every pad, tile and gather of it after, leaving the keys and values of
+    every layer in one buffer that each in-place write overwrites.
     """
     def empty(batch, num_heads, d_k, d_v, dtype) -> ChunkedCache:
         def buffer(depth):
             shape = tf.stack([batch, num_heads, ChunkedCache.CHUNK, depth])
-            return gen_array_ops.empty(shape, dtype, init=True)
+            return kernels.distinct_zeros(shape, dtype)
         return ChunkedCache(buffer(d_k), buffer(d_v))
     return empty
 
@@ -177,6 +174,17 @@ def fixed(length) -> EmptyCache:
         return FixedCache(tf.zeros([batch, num_heads, length, d_k], dtype),
                           tf.zeros([batch, num_heads, length, d_v], dtype))
     return empty
+
+
+# An optional table a search did not make (DecoderCache.output_table, position_table):
+# an empty nest, so the loop state holds no placeholder tensor (a constant there broke
+# XLA's conversion of the capacity stages' tf.cond).
+NOT_MADE = ()
+
+
+def made(table) -> bool:
+    """Whether an optional table of DecoderCache holds a tensor (not NOT_MADE)."""
+    return not isinstance(table, tuple)
 
 
 def tile_rows(t: tf.Tensor, beam: int) -> tf.Tensor:
@@ -194,14 +202,12 @@ class DecoderCache(NamedTuple):
       shared by its beam (CrossAttention.step).
     memory_bias: [sentences, 1, 1, S] source padding bias.
     output_table: [d_model, vocab], the shared embedding table transposed once
-      per search for the output projection (Embedding.logits), or () where the
-      step reads the table itself (Transformer.initial_cache's
-      transpose_output; an empty nest, not a placeholder tensor: a constant in
-      the loop state broke XLA's conversion of the capacity stages' tf.cond);
-      never tiled, reordered or compacted.
+      per search for the output projection (Embedding.logits), or NOT_MADE
+      where the step reads the table itself (Transformer.initial_cache's
+      transpose_output); never tiled, reordered or compacted.
     position_table: [P, d_model] float32, the position vectors of decoding
       positions 0..P-1, made once per search (graph mode: a step then reads
-      its row instead of computing sinusoids), or () where each step makes its
+      its row instead of computing sinusoids), or NOT_MADE where each step makes its
       own (XLA, where they fuse); never tiled, reordered or compacted.
     """
 
@@ -210,7 +216,7 @@ class DecoderCache(NamedTuple):
     memory_values: tuple
     memory_bias: tf.Tensor
     output_table: tf.Tensor | tuple
-    position_table: tf.Tensor | tuple = ()
+    position_table: tf.Tensor | tuple = NOT_MADE
 
     def tile(self, beam: int) -> "DecoderCache":
         """Self-attention rows repeated `beam` times (beam_search's cache protocol);

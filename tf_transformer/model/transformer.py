@@ -5,11 +5,13 @@ Entry points, each with one return type:
   call(inputs)                           -> float32 logits [batch, T, vocab] (training)
   states(inputs)                         -> decoder states [batch, T, d_model]
   logits(states)                         -> float32 logits [..., vocab]
-  encode(source)                         -> memory [batch, S, d_model]
+  encode(source, kernels)                -> memory [batch, S, d_model]
   decode_states(target_in, memory, src)  -> decoder states [batch, T, d_model]
-  initial_cache(memory, source, empty, transpose_output, positions) -> DecoderCache (cache.py)
-  decode_step(ids, step, cache)          -> (float32 logits [batch, vocab], DecoderCache)
-`decode_step` is the `symbols_to_logits_fn` contract of decoding/beam_search.py;
+  initial_cache(memory, source, empty, transpose_output, positions, kernels) -> DecoderCache
+  decode_step(ids, step, cache, kernels) -> (float32 logits [batch, vocab], DecoderCache)
+`decode_step` is the `symbols_to_logits_fn` contract of search/beam_search.py;
+`kernels` (model/kernels.py) picks the kernels the products run on: TRAINING
+by default, STEP for a decoding step;
 the trainer uses `states` + `logits` to project non-pad positions only.
 Training inputs may be packed rows (inputs/packing.py): `PACKED_KEYS` add
 segment ids, which mask attention to each pair (masks.py), and position ids.
@@ -22,6 +24,7 @@ import tensorflow as tf
 
 from tf_transformer.config import ModelConfig
 from tf_transformer.model import cache as caches
+from tf_transformer.model import kernels as kernels_lib
 from tf_transformer.model import masks
 from tf_transformer.model.cache import DecoderCache
 from tf_transformer.model.layers import Decoder, Encoder, TokenAndPositionEmbedding
@@ -74,7 +77,8 @@ class Transformer(keras.Model):
         self.build()
 
     # -- training pass -----------------------------------------------------
-    def encode(self, source, training=None, segments=None, positions=None):
+    def encode(self, source, training=None, segments=None, positions=None,
+               kernels: kernels_lib.Kernels = kernels_lib.TRAINING):
         """[batch, S] source ids -> memory [batch, S, d_model] (pad positions masked out).
 
         segments, positions: [batch, S] of a packed row (positions default to
@@ -86,7 +90,7 @@ class Transformer(keras.Model):
             mask = masks.segment_mask(segments, segments)
             positions = masks.segment_positions(segments) if positions is None else positions
         x = self.source_embedding(source, position_ids=positions, training=training)
-        return self.encoder(x, masks.attention_bias(mask), training=training)
+        return self.encoder(x, masks.attention_bias(mask), training=training, kernels=kernels)
 
     def decode_states(self, target_in, memory, source, training=None, target_segments=None,
                       target_positions=None, source_segments=None):
@@ -135,7 +139,8 @@ class Transformer(keras.Model):
 
     # -- incremental decoding ------------------------------------------------
     def initial_cache(self, memory, source, empty: caches.EmptyCache = caches.chunked(),
-                      transpose_output: bool = True, positions=0) -> DecoderCache:
+                      transpose_output: bool = True, positions=0,
+                      kernels: kernels_lib.Kernels = kernels_lib.TRAINING) -> DecoderCache:
         """The decoding cache of a batch: memory [batch, S, d_model], source [batch, S] ids.
 
         Memory keys/values are projected here, once per sentence. `empty` makes
@@ -149,41 +154,45 @@ class Transformer(keras.Model):
         BUILD.md, "Decoding"). `positions` > 0 (an int or an int32 scalar, at
         most max_positions): the position vectors of decoding steps
         0..positions-1 are made here, once, and a step reads its row (graph
-        mode; 0: each step makes its own, which XLA fuses).
+        mode; 0: each step makes its own, which XLA fuses). `kernels` run the
+        memory's projections.
         """
         batch = tf.shape(memory)[0]
         self_caches, keys, values = [], [], []
         for layer in self.decoder.layers:
-            k, v = layer.cross_attention.project_memory(memory)
+            k, v = layer.cross_attention.project_memory(memory, kernels)
             keys.append(k)
             values.append(v)
             self_caches.append(empty(batch, self.num_heads, self.d_k, self.d_v, memory.dtype))
         bias = masks.attention_bias(masks.padding_mask(source))
-        table = self.target_embedding.output_table(memory.dtype) if transpose_output else ()
-        position_table = ()
+        table = (self.target_embedding.output_table(memory.dtype) if transpose_output
+                 else caches.NOT_MADE)
+        position_table = caches.NOT_MADE
         if not isinstance(positions, int) or positions > 0:
             position_table = self.target_embedding.position_table(positions)
         return DecoderCache(tuple(self_caches), tuple(keys), tuple(values), bias, table,
                             position_table)
 
-    def decode_step(self, ids, step, cache: DecoderCache):
+    def decode_step(self, ids, step, cache: DecoderCache,
+                    kernels: kernels_lib.Kernels = kernels_lib.STEP):
         """Logits for the token after ids[:, step], reading earlier positions from `cache`.
 
         Args:
           ids: int32 [batch, width]; column 0 is BOS.
           step: int32 scalar.
           cache: from `initial_cache` (or a previous step), either kind.
+          kernels: the step's kernel policy (model/kernels.py).
         Returns:
           (float32 logits [batch, vocab], the cache with position `step` written).
         """
         token = ids[:, step][:, tf.newaxis]
         vectors = None
-        if not isinstance(cache.position_table, tuple):
+        if caches.made(cache.position_table):
             vectors = cache.position_table[step][tf.newaxis]  # [1, d_model]
         x = self.target_embedding(token, start_index=step, position_vectors=vectors)
-        y, self_caches = self.decoder.step(x, step, cache)
-        table = None if isinstance(cache.output_table, tuple) else cache.output_table
-        logits = self.target_embedding.logits(y[:, 0], table)
+        y, self_caches = self.decoder.step(x, step, cache, kernels)
+        table = cache.output_table if caches.made(cache.output_table) else None
+        logits = self.target_embedding.logits(y[:, 0], table, kernels)
         return logits, cache._replace(self_attention=self_caches)
 
     def get_config(self):

@@ -7,7 +7,9 @@ blocks: the paper's rows A/B vary d_k and d_v independently of d_model/h
 attention projects the encoder memory once per sentence so every decoding step
 reuses it; and the decoding cache (model/cache.py) may have a fixed shape,
 which XLA needs. `SelfAttention` and `CrossAttention` differ only in where
-queries, keys and values come from; both end in the same `attend`.
+queries, keys and values come from; both end in the same `attend`. Every
+product runs on the kernels of the caller's `Kernels` policy (model/kernels.py):
+TRAINING by default, STEP for a decoding step.
 """
 
 import math
@@ -15,9 +17,11 @@ import math
 import keras
 import tensorflow as tf
 
+from tf_transformer.model import kernels as kernels_lib
 from tf_transformer.model import shapes
 from tf_transformer.model.cache import SelfAttentionCache
-from tf_transformer.model.layers.linear import linear, step_matmul
+from tf_transformer.model.kernels import Kernels
+from tf_transformer.model.layers.linear import linear
 
 
 def _uniform(fan_in: int, fan_out: int) -> keras.initializers.Initializer:
@@ -76,28 +80,27 @@ class _Attention(keras.layers.Layer):
         x = tf.reshape(x, shapes.dims(x, 2) + [self.num_heads, depth])
         return tf.transpose(x, [0, 2, 1, 3])
 
-    def attention_weights(self, q, k, bias, step=False):
-        """softmax(Q K^T / sqrt(d_k) + bias) in float32: [batch, h, T, S]. A decoding
-        step's softmax is exp(log_softmax): LogSoftmax, like step_matmul, has no
-        oneDNN kernel."""
+    def attention_weights(self, q, k, bias, kernels: Kernels = kernels_lib.TRAINING):
+        """softmax(Q K^T / sqrt(d_k) + bias), computed in float32: [batch, h, T, S]."""
         q = q * tf.cast(self.d_k ** -0.5, q.dtype)
-        logits = step_matmul(q, k, adj_y=True) if step else tf.matmul(q, k, transpose_b=True)
-        logits = tf.cast(logits, tf.float32) + tf.cast(bias, tf.float32)
-        return tf.exp(tf.nn.log_softmax(logits)) if step else tf.nn.softmax(logits)
+        logits = kernels.attention(q, k, adj_y=True)
+        return kernels.softmax(tf.cast(logits, tf.float32) + tf.cast(bias, tf.float32))
 
-    def attend(self, q, k, v, bias, training=None, rows=None, step=False):
+    def attend(self, q, k, v, bias, training=None, rows=None,
+               kernels: Kernels = kernels_lib.TRAINING):
         """q [b, h, T, d_k], k [b, h, S, d_k], v [b, h, S, d_v] -> [b, T, d_model], or
         to the leading dimensions `rows` when the query axis folds several rows
-        (CrossAttention.step). `step`: a decoding step's few queries (step_matmul)."""
-        weights = self.weights_dropout(self.attention_weights(q, k, bias, step), training=training)
-        weights = tf.cast(weights, v.dtype)
-        heads = step_matmul(weights, v) if step else tf.matmul(weights, v)  # [batch, h, T, d_v]
+        (CrossAttention.step)."""
+        weights = self.weights_dropout(self.attention_weights(q, k, bias, kernels),
+                                       training=training)
+        heads = kernels.attention(tf.cast(weights, v.dtype), v)  # [batch, h, T, d_v]
         if heads.shape[2] == 1 and rows is None:  # one query (a decoding step): a reshape
             heads = tf.reshape(heads, shapes.dims(heads, 1) + [1, self.num_heads * self.d_v])
-            return linear(heads, self.output_kernel, self.output_bias)
-        heads = tf.transpose(heads, [0, 2, 1, 3])  # [batch, T, h, d_v]
-        heads = tf.reshape(heads, (rows or shapes.dims(heads, 2)) + [self.num_heads * self.d_v])
-        return linear(heads, self.output_kernel, self.output_bias)
+        else:
+            heads = tf.transpose(heads, [0, 2, 1, 3])  # [batch, T, h, d_v]
+            heads = tf.reshape(heads, (rows or shapes.dims(heads, 2))
+                               + [self.num_heads * self.d_v])
+        return linear(heads, self.output_kernel, self.output_bias, kernels=kernels)
 
     def get_config(self):
         config = super().get_config()
@@ -116,28 +119,28 @@ class SelfAttention(_Attention):
                                                       h * (2 * self.d_k + self.d_v))
         super().build(input_shape)
 
-    def project(self, x):
+    def project(self, x, kernels: Kernels = kernels_lib.TRAINING):
         """[batch, T, d_model] -> q, k [batch, h, T, d_k], v [batch, h, T, d_v]."""
-        qkv = linear(x, self.qkv_kernel, self.qkv_bias)
+        qkv = linear(x, self.qkv_kernel, self.qkv_bias, kernels=kernels)
         hk = self.num_heads * self.d_k
         q, k, v = tf.split(qkv, [hk, hk, self.num_heads * self.d_v], axis=-1)
         return (self.split_heads(q, self.d_k), self.split_heads(k, self.d_k),
                 self.split_heads(v, self.d_v))
 
-    def call(self, x, bias, training=None):
+    def call(self, x, bias, training=None, kernels: Kernels = kernels_lib.TRAINING):
         """Full pass: x [batch, T, d_model], bias [batch|1, 1, T|1, T] -> [batch, T, d_model]."""
-        q, k, v = self.project(x)
-        return self.attend(q, k, v, bias, training)
+        q, k, v = self.project(x, kernels)
+        return self.attend(q, k, v, bias, training, kernels=kernels)
 
-    def step(self, x, cache: SelfAttentionCache, step):
+    def step(self, x, cache: SelfAttentionCache, step, kernels: Kernels = kernels_lib.STEP):
         """One decoding step (no dropout): x [batch, 1, d_model] at position `step`.
 
         The cache stores this position's key/value and says what may be
         attended (model/cache.py). Returns (output [batch, 1, d_model], cache).
         """
-        q, k, v = self.project(x)
+        q, k, v = self.project(x, kernels)
         cache = cache.write(tf.cast(k, cache.keys.dtype), tf.cast(v, cache.values.dtype), step)
-        return self.attend(q, cache.keys, cache.values, cache.bias(step), step=True), cache
+        return self.attend(q, cache.keys, cache.values, cache.bias(step), kernels=kernels), cache
 
 
 @keras.saving.register_keras_serializable(package="tf_transformer")
@@ -152,18 +155,20 @@ class CrossAttention(_Attention):
             "key_value", h * self.d_k, h * (self.d_k + self.d_v))
         super().build(input_shape)
 
-    def project_memory(self, memory):
+    def project_memory(self, memory, kernels: Kernels = kernels_lib.TRAINING):
         """Encoder memory [batch, S, d_model] -> keys [b, h, S, d_k], values [b, h, S, d_v]."""
-        kv = linear(memory, self.key_value_kernel, self.key_value_bias)
+        kv = linear(memory, self.key_value_kernel, self.key_value_bias, kernels=kernels)
         k, v = tf.split(kv, [self.num_heads * self.d_k, self.num_heads * self.d_v], axis=-1)
         return self.split_heads(k, self.d_k), self.split_heads(v, self.d_v)
 
-    def call(self, x, memory, bias, training=None):
+    def call(self, x, memory, bias, training=None, kernels: Kernels = kernels_lib.TRAINING):
         """x [batch, T, d_model], memory [batch, S, d_model], bias [batch, 1, 1|T, S]."""
-        q = self.split_heads(linear(x, self.query_kernel, self.query_bias), self.d_k)
-        return self.attend(q, *self.project_memory(memory), bias, training)
+        q = self.split_heads(linear(x, self.query_kernel, self.query_bias, kernels=kernels),
+                             self.d_k)
+        return self.attend(q, *self.project_memory(memory, kernels), bias, training,
+                           kernels=kernels)
 
-    def step(self, x, memory_keys, memory_values, bias):
+    def step(self, x, memory_keys, memory_values, bias, kernels: Kernels = kernels_lib.STEP):
         """Decoding: x [rows, T, d_model] over memory projected by `project_memory`,
         [batch, h, S, d]; bias [batch, 1, 1, S]. Returns [rows, T, d_model].
 
@@ -175,6 +180,7 @@ class CrossAttention(_Attention):
         """
         batch = memory_keys.shape[0]
         batch = tf.shape(memory_keys)[0] if batch is None else batch
-        q = linear(x, self.query_kernel, self.query_bias)
+        q = linear(x, self.query_kernel, self.query_bias, kernels=kernels)
         q = tf.transpose(tf.reshape(q, [batch, -1, self.num_heads, self.d_k]), [0, 2, 1, 3])
-        return self.attend(q, memory_keys, memory_values, bias, rows=shapes.dims(x, 2), step=True)
+        return self.attend(q, memory_keys, memory_values, bias, rows=shapes.dims(x, 2),
+                           kernels=kernels)

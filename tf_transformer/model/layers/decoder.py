@@ -7,6 +7,7 @@ tests/model/test_cache.py checks that both give the full pass's logits.
 
 import keras
 
+from tf_transformer.model import kernels as kernels_lib
 from tf_transformer.model.cache import DecoderCache
 from tf_transformer.model.layers.attention import CrossAttention, SelfAttention
 from tf_transformer.model.layers.feed_forward import FeedForward
@@ -17,15 +18,24 @@ from tf_transformer.model.layers.stack import LayerStack, TransformerLayer
 class DecoderLayer(TransformerLayer):
     """One decoder layer; each sub-layer is LayerNorm(x + Dropout(Sublayer(x)))."""
 
-    def create_sublayers(self):
-        self.add_sublayer("self_attention", SelfAttention(
+    SUBLAYERS = ("self_attention", "cross_attention", "feed_forward")
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.self_attention = SelfAttention(
             self.d_model, self.num_heads, self.d_k, self.d_v, self.attention_dropout,
-            name="self_attention", dtype=self.dtype_policy))
-        self.add_sublayer("cross_attention", CrossAttention(
+            name="self_attention", dtype=self.dtype_policy)
+        self.self_attention_dropout = self.sublayer_dropout()
+        self.self_attention_norm = self.norm("self_attention_norm")
+        self.cross_attention = CrossAttention(
             self.d_model, self.num_heads, self.d_k, self.d_v, self.attention_dropout,
-            name="cross_attention", dtype=self.dtype_policy))
-        self.add_sublayer("feed_forward", FeedForward(
-            self.d_model, self.d_ff, name="feed_forward", dtype=self.dtype_policy))
+            name="cross_attention", dtype=self.dtype_policy)
+        self.cross_attention_dropout = self.sublayer_dropout()
+        self.cross_attention_norm = self.norm("cross_attention_norm")
+        self.feed_forward = FeedForward(self.d_model, self.d_ff, name="feed_forward",
+                                        dtype=self.dtype_policy)
+        self.feed_forward_dropout = self.sublayer_dropout()
+        self.feed_forward_norm = self.norm("feed_forward_norm")
 
     def call(self, x, memory, self_bias, memory_bias, training=None):
         """Teacher-forced pass.
@@ -45,7 +55,8 @@ class DecoderLayer(TransformerLayer):
         return self.residual(x, self.feed_forward, self.feed_forward_dropout,
                               self.feed_forward_norm, training)
 
-    def step(self, x, step, self_cache, memory_keys, memory_values, memory_bias):
+    def step(self, x, step, self_cache, memory_keys, memory_values, memory_bias,
+             kernels: kernels_lib.Kernels = kernels_lib.STEP):
         """One decoding step (inference only: no dropout).
 
         Args:
@@ -54,23 +65,25 @@ class DecoderLayer(TransformerLayer):
           self_cache: this layer's SelfAttentionCache (model/cache.py).
           memory_keys, memory_values: this layer's projected memory [batch, h, S, d_k|d_v].
           memory_bias: [batch, 1, 1, S].
+          kernels: the step's kernel policy (model/kernels.py).
         Returns:
           (y [batch, 1, d_model], updated self_cache).
         """
         caches = []
 
         def self_attend(y):
-            out, cache = self.self_attention.step(y, self_cache, step)
+            out, cache = self.self_attention.step(y, self_cache, step, kernels)
             caches.append(cache)
             return out
 
         x = self.residual(x, self_attend, self.self_attention_dropout,
                            self.self_attention_norm, False)
         x = self.residual(
-            x, lambda y: self.cross_attention.step(y, memory_keys, memory_values, memory_bias),
+            x, lambda y: self.cross_attention.step(y, memory_keys, memory_values, memory_bias,
+                                                   kernels),
             self.cross_attention_dropout, self.cross_attention_norm, False)
-        x = self.residual(x, self.feed_forward, self.feed_forward_dropout,
-                           self.feed_forward_norm, False)
+        x = self.residual(x, lambda y: self.feed_forward(y, kernels=kernels),
+                          self.feed_forward_dropout, self.feed_forward_norm, False)
         return x, caches[0]
 
 
@@ -86,12 +99,13 @@ class Decoder(LayerStack):
             x = layer(x, memory, self_bias, memory_bias, training=training)
         return self.normalize_output(x)
 
-    def step(self, x, step, cache: DecoderCache):
+    def step(self, x, step, cache: DecoderCache,
+             kernels: kernels_lib.Kernels = kernels_lib.STEP):
         """x [batch, 1, d_model] at position `step` -> (y [batch, 1, d_model], the
         tuple of updated self-attention caches, one per layer)."""
         new_self = []
         for i, layer in enumerate(self.layers):
             x, layer_cache = layer.step(x, step, cache.self_attention[i], cache.memory_keys[i],
-                                        cache.memory_values[i], cache.memory_bias)
+                                        cache.memory_values[i], cache.memory_bias, kernels)
             new_self.append(layer_cache)
         return self.normalize_output(x), tuple(new_self)

@@ -11,8 +11,8 @@ import keras
 import keras_hub
 import tensorflow as tf
 
+from tf_transformer.model import kernels as kernels_lib
 from tf_transformer.model import shapes
-from tf_transformer.model.layers.linear import step_matmul
 
 
 @keras.saving.register_keras_serializable(package="tf_transformer")
@@ -102,22 +102,22 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         x = x + tf.cast(table, x.dtype)
         return self.embedding_dropout(x, training=training)
 
-    def logits(self, x, transposed_table=None):
+    def logits(self, x, transposed_table=None,
+               kernels: kernels_lib.Kernels = kernels_lib.TRAINING):
         """Pre-softmax projection with the transposed table: [..., d_model] -> float32 [..., vocab].
 
         One 2-D GEMM against the table with transpose_b, rather than the
         reversible layer's broadcasting matmul of an explicitly transposed copy.
         Decoding passes `transposed_table` ([d_model, vocab], `output_table`),
         made once per search: a plain GEMM per step, where Eigen's transpose_b
-        GEMM is ~1.7x slower (BUILD.md, "Decoding"), run by `step_matmul` as the
-        step's other products.
+        GEMM is ~1.7x slower (BUILD.md, performance decisions).
         """
         x2 = tf.reshape(x, [-1, self.d_model])
         if transposed_table is None:
             table = tf.cast(self.token_embedding.embeddings, x.dtype)
-            logits = tf.matmul(x2, table, transpose_b=True)
+            logits = kernels.projection(x2, table, adj_y=True)
         else:
-            logits = step_matmul(x2, tf.cast(transposed_table, x.dtype))
+            logits = kernels.projection(x2, tf.cast(transposed_table, x.dtype))
         return tf.cast(tf.reshape(logits, shapes.dims(x, -1) + [self.vocab_size]), tf.float32)
 
     def output_table(self, dtype) -> tf.Tensor:

@@ -2,6 +2,7 @@
 
 import keras
 
+from tf_transformer.model import kernels as kernels_lib
 from tf_transformer.model.layers.attention import SelfAttention
 from tf_transformer.model.layers.feed_forward import FeedForward
 from tf_transformer.model.layers.stack import LayerStack, TransformerLayer
@@ -14,25 +15,27 @@ class EncoderLayer(TransformerLayer):
     With `pre_norm` the normalisation moves in front: x + Dropout(Sublayer(LayerNorm(x))).
     """
 
-    def create_sublayers(self):
-        self.add_sublayer("self_attention", SelfAttention(
-            self.d_model, self.num_heads, self.d_k, self.d_v, self.attention_dropout,
-            name="self_attention", dtype=self.dtype_policy))
-        self.add_sublayer("feed_forward", FeedForward(
-            self.d_model, self.d_ff, name="feed_forward", dtype=self.dtype_policy))
+    SUBLAYERS = ("self_attention", "feed_forward")
 
-    def call(self, x, bias, training=None):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.self_attention = SelfAttention(
+            self.d_model, self.num_heads, self.d_k, self.d_v, self.attention_dropout,
+            name="self_attention", dtype=self.dtype_policy)
+        self.self_attention_dropout = self.sublayer_dropout()
+        self.self_attention_norm = self.norm("self_attention_norm")
+        self.feed_forward = FeedForward(self.d_model, self.d_ff, name="feed_forward",
+                                        dtype=self.dtype_policy)
+        self.feed_forward_dropout = self.sublayer_dropout()
+        self.feed_forward_norm = self.norm("feed_forward_norm")
+
+    def call(self, x, bias, training=None, kernels: kernels_lib.Kernels = kernels_lib.TRAINING):
         """x [batch, S, d_model]; bias: padding bias [batch, 1, 1, S]."""
-        if self.pre_norm:
-            x = x + self.self_attention_dropout(
-                self.self_attention(self.self_attention_norm(x), bias, training=training),
-                training=training)
-            return x + self.feed_forward_dropout(
-                self.feed_forward(self.feed_forward_norm(x)), training=training)
-        x = self.self_attention_norm(x + self.self_attention_dropout(
-            self.self_attention(x, bias, training=training), training=training))
-        return self.feed_forward_norm(x + self.feed_forward_dropout(
-            self.feed_forward(x), training=training))
+        x = self.residual(
+            x, lambda y: self.self_attention(y, bias, training=training, kernels=kernels),
+            self.self_attention_dropout, self.self_attention_norm, training)
+        return self.residual(x, lambda y: self.feed_forward(y, kernels=kernels),
+                             self.feed_forward_dropout, self.feed_forward_norm, training)
 
 
 @keras.saving.register_keras_serializable(package="tf_transformer")
@@ -41,8 +44,8 @@ class Encoder(LayerStack):
 
     layer_class = EncoderLayer
 
-    def call(self, x, bias, training=None):
+    def call(self, x, bias, training=None, kernels: kernels_lib.Kernels = kernels_lib.TRAINING):
         """[batch, S, d_model] embedded source -> memory [batch, S, d_model]."""
         for layer in self.layers:
-            x = layer(x, bias, training=training)
+            x = layer(x, bias, training=training, kernels=kernels)
         return self.normalize_output(x)

@@ -3,6 +3,7 @@
 import keras
 import tensorflow as tf
 
+from tf_transformer.model import kernels as kernels_lib
 from tf_transformer.model.layers.linear import linear
 
 
@@ -32,10 +33,11 @@ class FeedForward(keras.layers.Layer):
                                           initializer="zeros")
         self.built = True
 
-    def call(self, x):
+    def call(self, x, kernels: kernels_lib.Kernels = kernels_lib.TRAINING):
         """[batch, length, d_model] -> [batch, length, d_model]."""
-        hidden = linear(x, self.inner_kernel, self.inner_bias, activation=tf.nn.relu)
-        return linear(hidden, self.outer_kernel, self.outer_bias)
+        hidden = linear(x, self.inner_kernel, self.inner_bias, activation=tf.nn.relu,
+                        kernels=kernels)
+        return linear(hidden, self.outer_kernel, self.outer_bias, kernels=kernels)
 
     def get_config(self):
         config = super().get_config()

@@ -5,12 +5,16 @@ import keras
 
 
 class TransformerLayer(keras.layers.Layer):
-    """Arguments, sub-layers and residual shared by EncoderLayer and DecoderLayer.
+    """Arguments and residual shared by EncoderLayer and DecoderLayer.
 
-    Subclasses add their sub-layers in `create_sublayers` (`add_sublayer`, in the
-    paper's order); `build` builds them in that order, then their LayerNorms (build
-    order fixes which seeded initial values each weight gets).
+    Each subclass assigns its sub-layers by name in the paper's order, each
+    followed by its dropout (P_drop on its output) and its LayerNorm (`dropout`,
+    `norm`), and lists their names in SUBLAYERS; `build` builds them in that
+    order, then their LayerNorms (build order fixes which seeded initial values
+    each weight gets).
     """
+
+    SUBLAYERS: tuple = ()
 
     def __init__(self, d_model, num_heads, d_k, d_v, d_ff, dropout, attention_dropout=0.0,
                  pre_norm=False, layer_norm_epsilon=1e-6, **kwargs):
@@ -18,28 +22,24 @@ class TransformerLayer(keras.layers.Layer):
         self.d_model, self.num_heads, self.d_k, self.d_v, self.d_ff = d_model, num_heads, d_k, d_v, d_ff
         self.dropout, self.attention_dropout = dropout, attention_dropout
         self.pre_norm, self.layer_norm_epsilon = pre_norm, layer_norm_epsilon
-        self._sublayer_names = ()
-        self.create_sublayers()
 
-    def create_sublayers(self) -> None:
-        raise NotImplementedError
+    def sublayer_dropout(self) -> keras.layers.Dropout:
+        """P_drop on a sub-layer's output (section 5.4)."""
+        return keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
 
-    def add_sublayer(self, name: str, layer: keras.layers.Layer) -> None:
-        """Sets `name`, `name_dropout` (P_drop on its output) and `name_norm` (its LayerNorm)."""
-        self._sublayer_names += (name,)
-        setattr(self, name, layer)
-        setattr(self, f"{name}_dropout", keras.layers.Dropout(self.dropout, dtype=self.dtype_policy))
-        setattr(self, f"{name}_norm", keras.layers.LayerNormalization(
-            epsilon=self.layer_norm_epsilon, name=f"{name}_norm", dtype=self.dtype_policy))
+    def norm(self, name: str) -> keras.layers.LayerNormalization:
+        return keras.layers.LayerNormalization(epsilon=self.layer_norm_epsilon, name=name,
+                                               dtype=self.dtype_policy)
 
     def build(self, input_shape=None):
-        names = self._sublayer_names
+        names = self.SUBLAYERS
         for name in names + tuple(f"{n}_norm" for n in names):
             getattr(self, name).build((None, None, self.d_model))
         self.built = True
 
     def residual(self, x, sublayer, dropout, norm, training):
-        """The paper's LayerNorm(x + Dropout(Sublayer(x))), or its pre-norm variant."""
+        """The paper's LayerNorm(x + Dropout(Sublayer(x))), or its pre-norm variant
+        x + Dropout(Sublayer(LayerNorm(x)))."""
         if self.pre_norm:
             return x + dropout(sublayer(norm(x)), training=training)
         return norm(x + dropout(sublayer(x), training=training))

@@ -1,0 +1,85 @@
+"""The one seam for kernel choices: which TensorFlow kernels the layers' products run on.
+
+The layers compute what section 3 says; how TensorFlow executes a product is a
+property of the hardware and of the graph's shapes, not of the model. A
+`Kernels` policy names those choices, and the caller passes it down
+explicitly (no module state):
+
+  TRAINING  every product as tf.matmul: MatMul/BatchMatMulV2, which oneDNN
+            rewrites into its own kernels on AVX-512 CPUs (and which runs
+            cuBLAS on GPUs). Training's shapes repeat, one per bucket.
+  ENCODING  the Translator's encoder and memory projection: the projections
+            through `eigen_matmul`, because each batch brings a new source
+            width and oneDNN builds and keeps a kernel per shape (memory for
+            the process's life, no faster); attention stays on tf.matmul
+            (on Eigen it costs batch-1 latency).
+  STEP      a decoding step's products (one position, shapes that change every
+            step as the cache grows and sentences leave) on Eigen, and its
+            softmax as exp(log_softmax) (LogSoftmax has no oneDNN kernel either).
+
+Under XLA every choice compiles to the same dot. The private TensorFlow ops
+the decoding cache writes with live here too, behind adapters that
+tests/model/test_kernels.py holds to their contract.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+import tensorflow as tf
+from tensorflow.python.ops import gen_array_ops
+
+Product = Callable[..., tf.Tensor]  # (x, y, adj_y=False) -> x y or x y^T
+
+
+def onednn_matmul(x: tf.Tensor, y: tf.Tensor, adj_y: bool = False) -> tf.Tensor:
+    """x y (or x y^T) as tf.matmul: MatMul for 2-D, BatchMatMulV2 above (oneDNN's on CPU)."""
+    return tf.matmul(x, y, transpose_b=adj_y)
+
+
+def eigen_matmul(x: tf.Tensor, y: tf.Tensor, adj_y: bool = False) -> tf.Tensor:
+    """x y (or x y^T) as BatchMatMulV3: the same product with its output type
+    explicit, which oneDNN's graph rewrite does not claim, so it runs Eigen's
+    kernel (and compiles under XLA like the others)."""
+    return tf.raw_ops.BatchMatMulV3(x=x, y=y, Tout=x.dtype, adj_y=adj_y)
+
+
+def exp_log_softmax(logits: tf.Tensor) -> tf.Tensor:
+    """softmax as exp(log_softmax): LogSoftmax has no oneDNN kernel."""
+    return tf.exp(tf.nn.log_softmax(logits))
+
+
+@dataclasses.dataclass(frozen=True)
+class Kernels:
+    """The kernels a pass's products and attention softmax run on.
+
+    projection: the 2-D products x W of `linear` (projections, FFN, output layer).
+    attention: Q K^T and weights V.
+    softmax: the attention weights' softmax (float32 logits in, float32 out).
+    """
+
+    projection: Product = onednn_matmul
+    attention: Product = onednn_matmul
+    softmax: Callable[[tf.Tensor], tf.Tensor] = tf.nn.softmax
+
+
+TRAINING = Kernels()
+ENCODING = Kernels(projection=eigen_matmul)
+STEP = Kernels(projection=eigen_matmul, attention=eigen_matmul, softmax=exp_log_softmax)
+
+
+# -- adapters of TensorFlow ops outside its public API ------------------------
+def write_rows_in_place(matrix: tf.Tensor, rows: tf.Tensor, values: tf.Tensor) -> tf.Tensor:
+    """matrix [n, d] with rows `rows` int32 [m] set to values [m, d], written into
+    the input's own buffer (TensorFlow's InplaceUpdate, the op behind
+    `alias_inplace_update`): no copy of the matrix. Safe only on a tensor no
+    other op reads afterwards."""
+    return gen_array_ops.inplace_update(matrix, rows, values)
+
+
+def distinct_zeros(shape: tf.Tensor, dtype: tf.DType) -> tf.Tensor:
+    """A zero-filled tensor made by TensorFlow's stateful `Empty` op: Grappler
+    never merges two of them, where two equal `tf.zeros` become one tensor
+    (and so would every in-place write into them)."""
+    return gen_array_ops.empty(shape, dtype, init=True)
