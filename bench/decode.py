@@ -87,22 +87,16 @@ class _CountedTranslator(Translator):
     counters' variable updates order parallel searches one after the other, so
     timings come from an uncounted Translator and the counts from a separate run."""
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
+    def __init__(self, model, *args, **kwargs):
         self.steps = tf.Variable(0, dtype=tf.int64, trainable=False)
         self.rows = tf.Variable(0, dtype=tf.int64, trainable=False)
 
-    def beam_search(self, source_ids, alpha, extra_length, nbest: int, max_decode_length=None):
-        search = super().beam_search(source_ids, alpha, extra_length, nbest, max_decode_length)
-        decode_step = search.config.symbols_to_logits_fn
-
-        def counted(ids, step, cache, **kwargs):
+        def counted(ids, step, cache):
             self.steps.assign_add(1)
             self.rows.assign_add(tf.cast(tf.shape(ids)[0], tf.int64))
-            return decode_step(ids, step, cache, **kwargs)
+            return model.decode_step(ids, step, cache)
 
-        search.config = search.config._replace(symbols_to_logits_fn=counted)
-        return search
+        super().__init__(model, *args, decode_step=counted, **kwargs)
 
     def count(self, sources) -> tuple[int, int]:
         """(decode steps, decoder rows) of searching each batch in `sources` once."""
@@ -144,7 +138,7 @@ def _source(translator, batch: int, source_length: int, mixed: bool = False) -> 
 
 def _live_row_steps(counted, source) -> int:
     """Rows of sentences still decoding: the graph-mode search shrinks to them."""
-    search = counted.beam_search(source, counted.alpha, counted.extra_length, 1)
+    search = counted.model_search.beam_search(source, counted.alpha, counted.extra_length, 1)
     if not getattr(search, "shrink", False):
         return -1  # a search that keeps finished sentences cannot count them
     model = counted.model

@@ -13,6 +13,7 @@ training with --dev_data); with --average_last=N, the mean of the N best.
 from absl import app, flags
 
 from tf_transformer import flags as flags_lib
+from tf_transformer import process_defaults
 
 flags_lib.define_restore_flags()
 flags_lib.define_decode_flags(nbest_help=None)
@@ -29,10 +30,11 @@ FLAGS = flags.FLAGS
 
 def main(argv):
     del argv
+    process_defaults.apply()  # before TensorFlow's import
     if not FLAGS.data:
         raise app.UsageError("--data is required")
     from tf_transformer import evaluation
-    from tf_transformer.decoding import streaming
+    from tf_transformer.cli import streaming
     from tf_transformer.inputs import corpus
 
     translator, decode = flags_lib.translator_from_flags()

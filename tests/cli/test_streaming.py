@@ -11,8 +11,8 @@ import threading
 import pytest
 
 from tf_transformer.config import DecodeConfig
-from tf_transformer.decoding import streaming
-from tf_transformer.decoding.streaming import split_lines
+from tf_transformer.cli import streaming
+from tf_transformer.cli.streaming import split_lines
 from tf_transformer.decoding.translator import Translator, translate_sentences
 
 from model_fixtures import SAMPLE_LINES

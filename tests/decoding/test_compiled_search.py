@@ -1,4 +1,4 @@
-"""The XLA search's capacity stages (xla_search.py) give the full-batch search's outputs.
+"""The XLA search's capacity stages (compiled_search.py) give the full-batch search's outputs.
 
 The reference is the graph-mode search that keeps every sentence
 (`shrink=False`) on the unpadded batch. The batch mixes outputs of one token
@@ -15,8 +15,8 @@ import pytest
 import tensorflow as tf
 
 from tf_transformer.config import EOS_ID, PAD_ID, DecodeConfig, ModelConfig
-from tf_transformer.decoding import xla_search
-from tf_transformer.decoding.beam_search import beam_search
+from tf_transformer.decoding import compiled_search
+from tf_transformer.search.beam_search import beam_search
 from tf_transformer.decoding.translator import Translator
 from tf_transformer.model.transformer import build_model
 
@@ -25,8 +25,8 @@ ROWS = tf.Variable(0, dtype=tf.int64, trainable=False)  # decoder rows computed
 
 
 @pytest.fixture(scope="module")
-def model():
-    # Weights whose outputs have the lengths asserted below. Keras draws initializer seeds
+def model_and_step():
+    # The model and an EOS-prone decode_step whose outputs have the lengths asserted below. Keras draws initializer seeds
     # from Python's and NumPy's generators; keras.utils.set_random_seed would also call
     # tf.random.set_seed, which clears the eager kernel cache and with it the SentencePiece
     # resources of other tests in this process.
@@ -42,8 +42,7 @@ def model():
         eos = tf.one_hot(EOS_ID, VOCAB) * (logits[:, 5:6] + 1.7 - logits[:, EOS_ID:EOS_ID + 1])
         return logits + eos, cache
 
-    model.decode_step = eos_prone  # instance attribute: this module's model only
-    return model
+    return model, eos_prone
 
 
 def _source():
@@ -57,31 +56,33 @@ def _source():
 
 
 def test_capacities_are_few_and_end_at_one():
-    assert xla_search.capacities(32) == [32, 8, 2]
-    assert xla_search.capacities(32, factor=2, stages=5) == [32, 16, 8, 4, 2, 1]
-    assert xla_search.capacities(1) == [1, 1, 1]
-    assert [int(c) for c in xla_search.capacities(tf.constant(1024))] == [1024, 256, 64]
+    assert compiled_search.capacities(32) == [32, 8, 2]
+    assert compiled_search.capacities(32, factor=2, stages=5) == [32, 16, 8, 4, 2, 1]
+    assert compiled_search.capacities(1) == [1, 1, 1]
+    assert [int(c) for c in compiled_search.capacities(tf.constant(1024))] == [1024, 256, 64]
 
 
 @pytest.mark.parametrize("beam,nbest", [(4, 4), (1, 1)], ids=["beam4_nbest4", "greedy"])
-def test_capacity_stages_give_the_full_batch_search(model, beam, nbest):
+def test_capacity_stages_give_the_full_batch_search(model_and_step, beam, nbest):
+    model, decode_step = model_and_step
     source = _source()
     translator = Translator(model, None, DecodeConfig(beam_size=beam, nbest=nbest,
-                                                      jit_compile=True), max_source_length=64)
+                                                      jit_compile=True), max_source_length=64,
+                            decode_step=decode_step)
     ROWS.assign(0)
     got = translator.search(source, tf.constant(0.6), tf.constant(0), nbest)
     rows = int(ROWS.numpy())
     max_lengths = translator.max_lengths(source, 0)
     cache = model.initial_cache(model.encode(source), source)
     want = tf.function(lambda: beam_search(
-        model.decode_step, cache, vocab_size=VOCAB, beam_size=beam, alpha=0.6,
+        decode_step, cache, vocab_size=VOCAB, beam_size=beam, alpha=0.6,
         max_lengths=max_lengths, nbest=nbest, shrink=False))()
     np.testing.assert_array_equal(got.ids.numpy(), want.ids.numpy())
     np.testing.assert_array_equal(got.lengths.numpy(), want.lengths.numpy())
     np.testing.assert_allclose(got.scores.numpy(), want.scores.numpy(), rtol=1e-5, atol=1e-6)
     best = want.lengths.numpy()[:, 0]
     assert best[0] == best[2] == 1
-    assert best[1] == 40 > xla_search.FIRST_CACHE_LENGTH  # the full cache, at capacity 1
+    assert best[1] == 40 > compiled_search.FIRST_CACHE_LENGTH  # the full cache, at capacity 1
     # 8 rows until the rest is done (12 steps at most), then 1 (of 2, then 1): 40 steps of
     # 8 sentences without the stages.
     assert rows <= beam * (8 * 12 + 2 + 40), rows

@@ -1,1 +1,2 @@
-"""Beam search and the Translator: the one strings-to-strings path (section 6.1)."""
+"""The one strings-to-strings translation service (the Translator), its compiled search and
+its signatures."""

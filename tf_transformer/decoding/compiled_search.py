@@ -22,22 +22,18 @@ predicate, which XLA removes before it compiles (batch 1 compiles one stage).
 The short cache serves the first stage only (later stages, at a quarter of
 the rows or less, run on the full one): STAGES + 2 loop bodies to compile
 instead of 2, so CAPACITY_FACTOR and STAGES trade steps on finished rows
-for compile time (measured: BUILD.md).
+for compile time (BUILD.md, performance decisions).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import tensorflow as tf
 
 from tf_transformer.config import EOS_ID, PAD_ID
-from tf_transformer.decoding import live_rows
-from tf_transformer.decoding.beam_search import BeamSearchResult
+from tf_transformer.decoding.model_search import ModelSearch
 from tf_transformer.model import cache
-
-if TYPE_CHECKING:
-    from tf_transformer.decoding.translator import Translator
+from tf_transformer.search import live_rows
+from tf_transformer.search.beam_search import BeamSearchResult
 
 LENGTH_BUCKET = 16  # sources padded to a multiple of this many tokens
 FIRST_CACHE_LENGTH = 32  # steps on a short cache before it is padded to full length
@@ -72,15 +68,15 @@ def pad_to_compiled_shape(source_ids: tf.Tensor, max_source_length: int) -> tf.T
     return tf.gather(tf.concat([padded, empty_row[tf.newaxis]], 0), rows)
 
 
-def fixed_shape_search(translator: Translator, source_ids, alpha, extra_length,
+def fixed_shape_search(searches: ModelSearch, source_ids, alpha, extra_length,
                        nbest: int) -> BeamSearchResult:
     """The search with static shapes (source_ids' shape and extra_length are
     compile-time constants): capacity stages (module docstring), the first on
     a short FixedCache while step < FIRST_CACHE_LENGTH, then on the full one."""
-    model = translator.model
-    width = tf.minimum(tf.shape(source_ids)[1] + extra_length, translator.max_target_length)
+    model = searches.model
+    width = tf.minimum(tf.shape(source_ids)[1] + extra_length, searches.max_target_length)
     first_length = tf.minimum(FIRST_CACHE_LENGTH, width)
-    search = translator.beam_search(source_ids, alpha, extra_length, nbest, max_decode_length=width)
+    search = searches.beam_search(source_ids, alpha, extra_length, nbest, max_decode_length=width)
     memory = model.encode(source_ids, training=False)
     sizes = capacities(tf.shape(source_ids)[0])
     # Each stage decodes until at most the next capacity is live (0: to the end).
@@ -92,7 +88,7 @@ def fixed_shape_search(translator: Translator, source_ids, alpha, extra_length,
     state = state._replace(alive_cache=state.alive_cache.padded(width))
     state = search.advance(state, live_above=exits[0])
     for k in range(1, len(sizes)):
-        state = live_rows.pack(state, sizes[k], translator.beam_size)
+        state = live_rows.pack(state, sizes[k], searches.beam_size)
         state = tf.cond(sizes[k] < sizes[k - 1],  # a constant for XLA: else not compiled
                         lambda: search.advance(state, live_above=exits[k]), lambda: state)
     return search.finish(state)
@@ -102,25 +98,25 @@ class CompiledSearch:
     """The jit-compiled search per nbest, built on first use. A plain object,
     so SavedModel tracking ignores it (the functions are saved where called)."""
 
-    def __init__(self, translator: Translator):
-        self._translator = translator
+    def __init__(self, searches: ModelSearch):
+        self._searches = searches
         self._functions = {}
 
     def __call__(self, source_ids, alpha, extra_length, nbest: int) -> BeamSearchResult:
         """source_ids int32 [B, S] -> the graph path's BeamSearchResult for them."""
-        translator = self._translator
+        searches = self._searches
         source_ids = tf.convert_to_tensor(source_ids, tf.int32)
-        padded = pad_to_compiled_shape(source_ids, translator.max_source_length)
+        padded = pad_to_compiled_shape(source_ids, searches.max_source_length)
         ids, scores, lengths = self._function(nbest)(padded, alpha, extra_length)
         # The graph path's ids width: the batch's longest allowed output.
-        width = tf.maximum(tf.reduce_max(translator.max_lengths(source_ids, extra_length)), 1)
+        width = tf.maximum(tf.reduce_max(searches.max_lengths(source_ids, extra_length)), 1)
         batch = tf.shape(source_ids)[0]
         return BeamSearchResult(ids[:batch, :, :width], scores[:batch], lengths[:batch])
 
     def _function(self, nbest: int):
         if nbest not in self._functions:
             def compiled_search(source_ids, alpha, extra_length):
-                return tuple(fixed_shape_search(self._translator, source_ids, alpha,
+                return tuple(fixed_shape_search(self._searches, source_ids, alpha,
                                                 extra_length, nbest))
 
             self._functions[nbest] = tf.function(compiled_search, jit_compile=True)

@@ -24,7 +24,7 @@ means the configured one. A beam of 1 is greedy decoding on the same path.
 In graph mode the decoding cache grows by chunks of positions, and a large
 batch is searched as `parallel_searches` sub-batches side by side. With
 `decode_config.jit_compile` the search runs as one XLA computation on padded,
-fixed shapes (xla_search.py; the tokenizer ops stay outside it). Outputs are
+fixed shapes (compiled_search.py; the tokenizer ops stay outside it). Outputs are
 the same either way.
 """
 
@@ -39,14 +39,15 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
+from tf_transformer import model_dir as model_dir_lib
 from tf_transformer.config import EOS_ID, PAD_ID, DecodeConfig
 from tf_transformer.decoding import signatures
-from tf_transformer.decoding.beam_search import BeamSearch, BeamSearchResult
-from tf_transformer.decoding.xla_search import LENGTH_BUCKET, CompiledSearch  # noqa: F401
+from tf_transformer.decoding.compiled_search import LENGTH_BUCKET, CompiledSearch  # noqa: F401
+from tf_transformer.decoding.model_search import ModelSearch
 from tf_transformer.inputs.tokenizer import Tokenizer
-from tf_transformer.model.layers.linear import eigen_products
 from tf_transformer.model.transformer import Transformer
-from tf_transformer import model_dir as model_dir_lib
+from tf_transformer.search.beam_search import BeamSearchResult
+from tf_transformer.search.state import SymbolsToLogitsFn
 
 # Sub-batches of fewer sentences cost more than the idle time they fill
 # (4 searches of 8 at batch 32 were slower than one of 32; BUILD.md, "Decoding").
@@ -64,10 +65,13 @@ class Translator(tf.Module):
       decode_config: beam_size and nbest (fixed), alpha and extra_length (defaults).
       max_source_length: source tokens the model accepts, EOS included
         (config.data.max_length); capped at model.max_positions.
+      decode_step: the search's symbols_to_logits_fn, by default the model's
+        (model_search.py); tools wrap it to count steps.
     """
 
     def __init__(self, model: Transformer, tokenizer: Tokenizer, decode_config: DecodeConfig,
-                 max_source_length: int, name: str | None = None):
+                 max_source_length: int, name: str | None = None,
+                 decode_step: SymbolsToLogitsFn | None = None):
         super().__init__(name=name)
         if max_source_length < 2:
             raise ValueError("max_source_length must leave room for one token and EOS")
@@ -81,7 +85,9 @@ class Translator(tf.Module):
         self.max_target_length = int(model.max_positions)
         self.jit_compile = bool(decode_config.jit_compile)
         self.parallel_searches = int(decode_config.parallel_searches)
-        self._compiled = CompiledSearch(self)
+        self.model_search = ModelSearch(model, self.beam_size, self.max_source_length,
+                                        self.max_target_length, decode_step)
+        self._compiled = CompiledSearch(self.model_search)
         # One graph-mode search function per nbest, called by every signature and by
         # every part of a batch: the SavedModel holds one copy of the loop per nbest,
         # not one per caller (each copy cost ~60 MB of the loader's memory).
@@ -137,7 +143,7 @@ class Translator(tf.Module):
     def search(self, source_ids: tf.Tensor, alpha, extra_length, nbest: int) -> BeamSearchResult:
         """Beam search over the model's incremental decoder (callable in any graph):
         a cache grown by chunks, as `parallel_searches` sub-batches when the batch
-        is large enough, or with jit_compile the compiled search (xla_search.py)."""
+        is large enough, or with jit_compile the compiled search (compiled_search.py)."""
         if self.jit_compile:
             return self._compiled(source_ids, alpha, extra_length, nbest)
         source_ids = tf.convert_to_tensor(source_ids, tf.int32)
@@ -175,24 +181,11 @@ class Translator(tf.Module):
 
     def _search(self, source_ids, alpha, extra_length, nbest) -> BeamSearchResult:
         """One graph-mode search over the whole batch."""
-        search = self.beam_search(source_ids, alpha, extra_length, nbest)
-        with eigen_products():  # a new source width each batch: no oneDNN kernel per shape
-            cache = self.model.initial_cache(self.model.encode(source_ids, training=False),
-                                             source_ids, positions=search.max_decode_length)
-        return search.finish(search.advance(search.start(cache)))
-
-    def beam_search(self, source_ids, alpha, extra_length, nbest: int,
-                    max_decode_length=None) -> BeamSearch:
-        """The settings of one search over `source_ids` (BeamSearch's arguments)."""
-        return BeamSearch(self.model.decode_step, vocab_size=self.model.vocab_size,
-                          beam_size=self.beam_size, alpha=alpha, nbest=nbest,
-                          max_lengths=self.max_lengths(source_ids, extra_length),
-                          max_decode_length=max_decode_length)
+        return self.model_search.run(source_ids, alpha, extra_length, nbest)
 
     def max_lengths(self, source_ids, extra_length) -> tf.Tensor:
         """int32 [batch]: each source's token count + extra_length, capped (module docstring)."""
-        source_lengths = tf.reduce_sum(tf.cast(source_ids != PAD_ID, tf.int32), axis=1)
-        return tf.minimum(source_lengths + extra_length, self.max_target_length)
+        return self.model_search.max_lengths(source_ids, extra_length)
 
     def _alpha(self, alpha):
         alpha = tf.cast(alpha, tf.float32)

@@ -1,0 +1,67 @@
+"""The beam search over a Transformer's incremental decoder: what every search of
+one Translator shares.
+
+`ModelSearch` turns a batch of source ids into a `BeamSearch` (search/) over
+`decode_step`: the beam, each sentence's length limit (its source tokens, EOS
+included, + extra_length, capped at the model's max_positions), and the kernel
+policies of encoding and of a step (model/kernels.py). The Translator runs it in
+graph mode (`run`); compiled_search.py runs it under XLA with static shapes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import tensorflow as tf
+
+from tf_transformer.config import PAD_ID
+from tf_transformer.model import kernels
+from tf_transformer.model.transformer import Transformer
+from tf_transformer.search.beam_search import BeamSearch, BeamSearchResult
+from tf_transformer.search.state import SymbolsToLogitsFn
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSearch:
+    """Args:
+      model: a built Transformer.
+      beam_size: k (1: greedy decoding on the same path).
+      max_source_length: source tokens accepted, EOS included.
+      max_target_length: output tokens at most, EOS included (max_positions).
+      decode_step: the search's symbols_to_logits_fn; default the model's
+        decode_step on the STEP kernels (tools wrap it to count steps).
+    """
+
+    model: Transformer
+    beam_size: int
+    max_source_length: int
+    max_target_length: int
+    decode_step: SymbolsToLogitsFn | None = None
+
+    def step_fn(self) -> SymbolsToLogitsFn:
+        return self.decode_step or functools.partial(self.model.decode_step,
+                                                     kernels=kernels.STEP)
+
+    def max_lengths(self, source_ids, extra_length) -> tf.Tensor:
+        """int32 [batch]: each source's token count + extra_length, capped (module docstring)."""
+        source_lengths = tf.reduce_sum(tf.cast(source_ids != PAD_ID, tf.int32), axis=1)
+        return tf.minimum(source_lengths + extra_length, self.max_target_length)
+
+    def beam_search(self, source_ids, alpha, extra_length, nbest: int,
+                    max_decode_length=None) -> BeamSearch:
+        """The settings of one search over `source_ids` (BeamSearch's arguments)."""
+        return BeamSearch(self.step_fn(), vocab_size=self.model.vocab_size,
+                          beam_size=self.beam_size, alpha=alpha, nbest=nbest,
+                          max_lengths=self.max_lengths(source_ids, extra_length),
+                          max_decode_length=max_decode_length)
+
+    def run(self, source_ids, alpha, extra_length, nbest: int) -> BeamSearchResult:
+        """One graph-mode search over the whole batch: the cache grows by chunks,
+        finished sentences leave the working rows. The encoder and the memory's
+        projections run on the ENCODING kernels (a new source width each batch)."""
+        search = self.beam_search(source_ids, alpha, extra_length, nbest)
+        memory = self.model.encode(source_ids, training=False, kernels=kernels.ENCODING)
+        cache = self.model.initial_cache(memory, source_ids, positions=search.max_decode_length,
+                                         kernels=kernels.ENCODING)
+        return search.finish(search.advance(search.start(cache)))
