@@ -20,7 +20,7 @@ import tempfile
 from absl import app, flags
 
 from tf_transformer.config import DataConfig
-from tf_transformer.inputs import corpus, pipeline, stats, tokenizer
+from tf_transformer.inputs import corpus, pipeline, stats, streamed, tokenizer
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED_TRAIN = os.path.join(REPO, "..", "shared", "corpora", "libreoffice-help.en-de", "train.tsv")
@@ -34,7 +34,7 @@ DETERMINISTIC = flags.DEFINE_bool("deterministic", False, "keep parallel map ord
 COMPARE_STEP = flags.DEFINE_bool("compare_step", True, "also time small-preset training steps")
 STEPS = flags.DEFINE_integer("steps", 8, "timed training steps for the comparison")
 READERS = flags.DEFINE_list("readers", ["memory"],
-                            "memory (corpus.read_corpus) and/or stream (corpus.open_corpus)")
+                            "memory (corpus.read_corpus) and/or stream (streamed.open_corpus)")
 MAX_BATCHES = flags.DEFINE_integer("max_batches", None, "stop timing after this many batches")
 
 
@@ -72,12 +72,12 @@ def main(argv):
     vocab_path = VOCAB.value
     if vocab_path is None:
         vocab_path = os.path.join(tempfile.mkdtemp(), "spm.model")
-        tokenizer.train_sentencepiece(corpus.open_corpus(spec), VOCAB_SIZE.value, vocab_path)
+        tokenizer.train_sentencepiece(streamed.open_corpus(spec), VOCAB_SIZE.value, vocab_path)
     vocab = tokenizer.Tokenizer(vocab_path)
     config = DataConfig(tokens_per_batch=TOKENS_PER_BATCH.value,
                         deterministic=DETERMINISTIC.value)
     for reader in READERS.value:
-        pairs = corpus.read_corpus(spec) if reader == "memory" else corpus.open_corpus(spec)
+        pairs = corpus.read_corpus(spec) if reader == "memory" else streamed.open_corpus(spec)
         dataset = pipeline.make_dataset(pairs, vocab, config, training=True, repeat=False,
                                         count_skipped=False)
         figures = stats.tokens_per_second(dataset, MAX_BATCHES.value)

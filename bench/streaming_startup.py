@@ -10,7 +10,7 @@ first_batch_s (the first per-replica batch out of distribute_datasets_from_funct
 first_step_s and second_step_s (the tiny preset's training steps, tracing included),
 peak_rss_at_first_batch_mb and peak_rss_mb (the process's maximum resident set then and
 at the end, TensorFlow itself included; rss_after_imports_mb is TensorFlow and Keras alone).
-Paths: `new` streams with corpus.open_corpus; `old` is the in-memory reader
+Paths: `new` streams with streamed.open_corpus; `old` is the in-memory reader
 plus the start-up tokenising pass that dataset_fn used to make
 (stats.count_over_length), run only up to --old_max_pairs.
 """
@@ -63,7 +63,7 @@ def measure(path: str, spec: str, vocab_path: str, steps: bool) -> str:
     import tensorflow as tf
 
     from tf_transformer import presets
-    from tf_transformer.inputs import corpus, pipeline, stats, tokenizer
+    from tf_transformer.inputs import corpus, pipeline, stats, streamed, tokenizer
     from tf_transformer.training.trainer import Trainer
 
     rss_imports = peak_rss_mb()
@@ -71,7 +71,7 @@ def measure(path: str, spec: str, vocab_path: str, steps: bool) -> str:
     vocab = tokenizer.Tokenizer(vocab_path)
     config = presets.get_preset("tiny", vocab.vocab_size)
     if path == "new":
-        data = corpus.open_corpus(spec)
+        data = streamed.open_corpus(spec)
     else:
         data = corpus.read_corpus(spec)
         stats.count_over_length(data, vocab, config.data.max_length)

@@ -13,7 +13,7 @@ positions of source and target; max_batch_tokens = the largest B * L.
 from absl import app, flags
 
 from tf_transformer.config import DataConfig
-from tf_transformer.inputs import corpus, pipeline, stats, tokenizer
+from tf_transformer.inputs import pipeline, stats, streamed, tokenizer
 
 DATA = flags.DEFINE_string("data", None,
                            "corpus spec (see tf_transformer/inputs/corpus.py); required")
@@ -30,7 +30,7 @@ def format_stats(name: str, figures: dict) -> str:
 
 def main(argv):
     del argv
-    pairs = corpus.open_corpus(DATA.value)  # text files stream: any size
+    pairs = streamed.open_corpus(DATA.value)  # text files stream: any size
     vocab = tokenizer.Tokenizer(VOCAB.value)
     config = DataConfig(max_length=MAX_LENGTH.value, tokens_per_batch=TOKENS_PER_BATCH.value,
                         bucket_multiple=BUCKET_MULTIPLE.value, deterministic=True)

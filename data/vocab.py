@@ -11,7 +11,7 @@ SentencePiece keeps a seeded sample of at most 4M sentences
 
 from absl import app, flags, logging
 
-from tf_transformer.inputs import corpus, tokenizer
+from tf_transformer.inputs import corpus, streamed, tokenizer
 
 DATA = flags.DEFINE_string("data", None,
                            "corpus spec (see tf_transformer/inputs/corpus.py); required")
@@ -26,7 +26,7 @@ SEED = flags.DEFINE_integer("seed", 1, "SentencePiece random seed")
 
 def main(argv):
     del argv
-    pairs = corpus.open_corpus(DATA.value)  # text files stream; SentencePiece samples them
+    pairs = streamed.open_corpus(DATA.value)  # text files stream; SentencePiece samples them
     tokenizer.train_sentencepiece(pairs, VOCAB_SIZE.value, OUTPUT.value,
                                   model_type=MODEL_TYPE.value,
                                   character_coverage=CHARACTER_COVERAGE.value, seed=SEED.value)

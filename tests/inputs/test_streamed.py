@@ -43,7 +43,7 @@ def streamed_pairs(data: streamed.StreamedCorpus, shard=(0, 1)) -> list[tuple[st
 
 
 def test_same_pairs_and_counts_as_the_in_memory_reader(embedded_corpus):
-    data = corpus.open_corpus(EMBEDDED_TRAIN)
+    data = streamed.open_corpus(EMBEDDED_TRAIN)
     assert isinstance(data, streamed.StreamedCorpus)
     assert (collections.Counter(streamed_pairs(data))
             == collections.Counter(zip(embedded_corpus.sources, embedded_corpus.targets)))
@@ -55,11 +55,11 @@ def test_same_pairs_and_counts_as_the_in_memory_reader(embedded_corpus):
 def test_bad_lines_are_counted_as_the_in_memory_reader_counts_them(tmp_path, spec_suffix):
     spec = write(tmp_path / "mixed.tsv", MIXED) + spec_suffix
     expected = corpus.read_corpus(spec, max_chars=40)
-    data = corpus.open_corpus(spec, max_chars=40)
+    data = streamed.open_corpus(spec, max_chars=40)
     assert streamed_pairs(data) == list(zip(expected.sources, expected.targets))
     assert data.skipped == expected.skipped
     assert set(expected.skipped) == set(streamed.LINE_REASONS)  # every reason exercised
-    sharded = corpus.open_corpus(spec, max_chars=40)
+    sharded = streamed.open_corpus(spec, max_chars=40)
     pairs = streamed_pairs(sharded, (0, 2)) + streamed_pairs(sharded, (1, 2))
     assert sorted(pairs) == sorted(zip(expected.sources, expected.targets))
     assert sharded.skipped == expected.skipped  # the shards' counts add up
@@ -70,7 +70,7 @@ def test_parallel_files_are_counted_as_the_in_memory_reader_counts_them(tmp_path
                    b"\xef\xbb\xbfone\ntwo\n\xffbad\nfour\n\n \xe2\x80\x83\n" + b"a\n" * 3)
     target = write(tmp_path / "x.de", b"eins\n\ndrei\nvier\n\nsechs\n" + b"b\n" * 3)
     expected = corpus.read_corpus(f"{source},{target}")
-    data = corpus.open_corpus(f"{source},{target}")
+    data = streamed.open_corpus(f"{source},{target}")
     assert streamed_pairs(data) == list(zip(expected.sources, expected.targets))
     assert data.skipped == expected.skipped == {"blank": 1, "empty_side": 2, "invalid_utf8": 1}
     longer = write(tmp_path / "long.de", b"eins\nzwei\ndrei\nvier\nfuenf\nsechs\n" + b"b\n" * 4)
@@ -80,7 +80,7 @@ def test_parallel_files_are_counted_as_the_in_memory_reader_counts_them(tmp_path
 
 def test_invalid_utf8_line_is_skipped_and_counted(tmp_path):
     path = write(tmp_path / "one_bad.tsv", b"good\tgut\nbad \xc3\x28\tschlecht\nfine\tfein\n")
-    data = corpus.open_corpus(path)
+    data = streamed.open_corpus(path)
     assert streamed_pairs(data) == [("good", "gut"), ("fine", "fein")]
     assert data.skipped == {"invalid_utf8": 1}
 
@@ -88,7 +88,7 @@ def test_invalid_utf8_line_is_skipped_and_counted(tmp_path):
 def test_shards_by_input_context_are_disjoint_and_cover_the_corpus(tmp_path, small_tokenizer):
     path = head(tmp_path, 600)
     config = DataConfig(tokens_per_batch=512, deterministic=True)
-    fn = pipeline.dataset_fn(corpus.open_corpus(path), small_tokenizer, config, training=False)
+    fn = pipeline.dataset_fn(streamed.open_corpus(path), small_tokenizer, config, training=False)
     shards = []
     for pipeline_id in range(3):
         context = tf.distribute.InputContext(num_input_pipelines=3, input_pipeline_id=pipeline_id,
@@ -102,7 +102,7 @@ def test_shards_by_input_context_are_disjoint_and_cover_the_corpus(tmp_path, sma
 
 def test_the_corpus_is_read_from_disk_not_held(tmp_path):
     path = head(tmp_path, 300)
-    data = corpus.open_corpus(path)
+    data = streamed.open_corpus(path)
     assert set(vars(data)) == {"paths", "reverse", "name", "max_chars", "tallies"}
     assert inspect.isgenerator(data.texts())
     write(path, b"new\tneu\n" * 5)  # read at iteration time, so the new content is what comes
@@ -111,11 +111,11 @@ def test_the_corpus_is_read_from_disk_not_held(tmp_path):
 
 def test_missing_empty_and_mostly_bad_files_fail_at_open(tmp_path):
     with pytest.raises(CorpusError, match="nowhere.tsv: no such file"):
-        corpus.open_corpus(str(tmp_path / "nowhere.tsv"))
+        streamed.open_corpus(str(tmp_path / "nowhere.tsv"))
     with pytest.raises(CorpusError, match="empty.tsv.*empty"):
-        corpus.open_corpus(write(tmp_path / "empty.tsv", b"\n\n"))
+        streamed.open_corpus(write(tmp_path / "empty.tsv", b"\n\n"))
     with pytest.raises(CorpusError, match="bad.tsv.*mostly bad"):
-        corpus.open_corpus(write(tmp_path / "bad.tsv", b"a\tb\n" + b"no tab\n" * 3))
+        streamed.open_corpus(write(tmp_path / "bad.tsv", b"a\tb\n" + b"no tab\n" * 3))
 
 
 def test_mostly_bad_past_the_probe_fails_at_the_end_of_the_pass(tmp_path, caplog):
@@ -126,7 +126,7 @@ def test_mostly_bad_past_the_probe_fails_at_the_end_of_the_pass(tmp_path, caplog
 
 
 def test_counts_are_logged_periodically_and_at_the_end_of_each_pass(tmp_path, caplog):
-    data = corpus.open_corpus(write(tmp_path / "log.tsv", b"a\tb\n" * 3000 + b"x\n" * 10))
+    data = streamed.open_corpus(write(tmp_path / "log.tsv", b"a\tb\n" * 3000 + b"x\n" * 10))
     tally = streamed.StreamTally("log.tsv", report_every=1000)
     with caplog.at_level(logging.INFO, logger="absl"):  # parsed absl flags set WARNING
         dataset = data.pairs((0, 1), tally).repeat(2)
@@ -144,7 +144,7 @@ def test_over_length_pairs_are_counted_as_they_stream(tmp_path, embedded_corpus,
                                                       small_tokenizer):
     path = head(tmp_path, 1500)
     in_memory = corpus.read_tsv(path)
-    data = corpus.open_corpus(path)
+    data = streamed.open_corpus(path)
     config = DataConfig(max_length=24, tokens_per_batch=512, deterministic=True)
     figures = stats.epoch_stats(pipeline.make_dataset(data, small_tokenizer, config,
                                                       training=True, repeat=False))
@@ -155,7 +155,7 @@ def test_over_length_pairs_are_counted_as_they_stream(tmp_path, embedded_corpus,
 
 
 def test_sentencepiece_samples_a_streamed_corpus(tmp_path):
-    data = corpus.open_corpus(head(tmp_path, 1000))
+    data = streamed.open_corpus(head(tmp_path, 1000))
     first = tokenizer.train_sentencepiece(data, 300)
     assert first == tokenizer.train_sentencepiece(data, 300)  # seeded sample
     sampled = tokenizer.train_sentencepiece(data, 300, max_sentences=200)
@@ -164,7 +164,7 @@ def test_sentencepiece_samples_a_streamed_corpus(tmp_path):
     assert np.all(ids.flat_values.numpy() > 3)
 
 
-@pytest.mark.parametrize("reader", [corpus.read_tsv, corpus.open_corpus])
+@pytest.mark.parametrize("reader", [corpus.read_tsv, streamed.open_corpus])
 def test_iterator_checkpoint_resumes_the_stream_exactly(tmp_path, small_tokenizer, reader):
     """tf.data's iterator checkpoint holds the file position; the counters are left out."""
     path = head(tmp_path, 300)

@@ -8,8 +8,8 @@ Every binary takes its corpus as one spec string (see `read_corpus`):
   tfds:wmt14_translate/en-de:train           the same pairs, en -> de
   SPEC:reverse                               any of the above, directions swapped
 
-`read_corpus` holds the pairs in memory (dev and test sets); `open_corpus`
-streams text files from disk (training corpora of any size, see streamed.py).
+`read_corpus` holds the pairs in memory (dev and test sets); streamed.py's
+`open_corpus` streams text files from disk (training corpora of any size).
 
 A bad pair is skipped and counted under one reason, never dropped silently:
 `no_tab`, `extra_tab` (TSV only), `empty_side`, `invalid_utf8` and `too_long`
@@ -269,20 +269,6 @@ def read_corpus(spec: str, max_chars: int = DEFAULT_MAX_CHARS) -> Corpus:
     else:
         corpus = read_tsv(paths[0], max_chars=max_chars)
     return corpus.reversed() if reverse else corpus
-
-
-def open_corpus(spec: str, max_chars: int = DEFAULT_MAX_CHARS):
-    """The corpus a spec names, streamed from disk for text files (TFDS is read whole).
-
-    Returns an `inputs.streamed.StreamedCorpus` for a TSV or `SRC,TGT` spec
-    (checked now on its first lines, read by tf.data at training time), else
-    the `Corpus` of `read_corpus`. Both work with `tokenizer.train_sentencepiece`
-    and `pipeline.make_dataset`/`dataset_fn`.
-    """
-    if spec.removesuffix(REVERSE_SUFFIX).startswith(TFDS_PREFIX):
-        return read_corpus(spec, max_chars)
-    from tf_transformer.inputs import streamed  # streamed builds on this module
-    return streamed.StreamedCorpus(spec, max_chars)
 
 
 def split_spec(spec: str) -> tuple[list[str], bool]:

@@ -1,6 +1,6 @@
 """Corpora streamed from disk: tf.data reads the text files, Python holds no pair.
 
-`corpus.open_corpus(spec)` returns a `StreamedCorpus` for a TSV or `SRC,TGT`
+`open_corpus(spec)` returns a `StreamedCorpus` for a TSV or `SRC,TGT`
 spec. Opening it reads only the first PROBE_LINES lines, with the rules of
 corpus.py, so a missing, empty or mostly bad file fails at once with the same
 `CorpusError` as `read_corpus`. Training reads it with `pairs(shard, tally)`:
@@ -275,3 +275,16 @@ def _aligned(source_path: str, target_path: str) -> tf.data.Dataset:
 
     both = tf.data.Dataset.zip(side(source_path), side(target_path))
     return both.take_while(lambda s, t: s[1] | t[1]).map(lambda s, t: (s[0], t[0], s[1], t[1]))
+
+
+def open_corpus(spec: str, max_chars: int = corpus_lib.DEFAULT_MAX_CHARS):
+    """The corpus a spec names, streamed from disk for text files (TFDS is read whole).
+
+    Returns a `StreamedCorpus` for a TSV or `SRC,TGT` spec
+    (checked now on its first lines, read by tf.data at training time), else
+    the `Corpus` of `read_corpus`. Both work with `tokenizer.train_sentencepiece`
+    and `pipeline.make_dataset`/`dataset_fn`.
+    """
+    if spec.removesuffix(corpus_lib.REVERSE_SUFFIX).startswith(corpus_lib.TFDS_PREFIX):
+        return corpus_lib.read_corpus(spec, max_chars)
+    return StreamedCorpus(spec, max_chars)
