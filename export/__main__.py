@@ -20,6 +20,7 @@ import os
 from absl import app, flags
 
 from tf_transformer import flags as flags_lib
+from tf_transformer import process_defaults
 
 flags_lib.define_restore_flags()
 flags_lib.define_decode_flags(
@@ -44,6 +45,7 @@ FLAGS = flags.FLAGS
 
 def main(argv):
     del argv
+    process_defaults.apply()  # before TensorFlow's import
     flags_lib.check_restore_flags()
     if not FLAGS.export_dir:
         raise app.UsageError("--export_dir is required")

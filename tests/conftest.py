@@ -2,8 +2,8 @@
 
 Two logical CPU devices let MirroredStrategy run real multi-replica training
 in tests on a machine without GPUs; it must happen before TensorFlow
-initialises its devices, hence at import time here. Importing tf_transformer
-also sets TF_ENABLE_ONEDNN_OPTS and KERAS_BACKEND, as for every user.
+initialises its devices, hence at import time here. The tests run with the
+binaries' process defaults (process_defaults.py), set before TensorFlow's import.
 
 XLA compiles with LLVM's code generation at -O0 here (XLA_FLAGS, which the binaries
 the tests start inherit): tests compile many small programs and run each a few
@@ -21,6 +21,10 @@ if "--xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = " ".join(
         [os.environ.get("XLA_FLAGS", ""), "--xla_backend_optimization_level=0"]).strip()
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from tf_transformer import process_defaults  # noqa: E402
+
+process_defaults.apply()
 
 from tf_transformer.training import distribution  # noqa: E402
 

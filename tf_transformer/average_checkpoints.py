@@ -8,6 +8,7 @@ with --dev_data) instead of the last N. The output is a model directory
 from absl import app, flags
 
 from tf_transformer import flags as flags_lib
+from tf_transformer import process_defaults
 
 flags_lib.define_model_dir_flags()
 flags.DEFINE_integer("num_last", None,
@@ -24,6 +25,7 @@ FLAGS = flags.FLAGS
 
 def main(argv):
     del argv
+    process_defaults.apply()  # before TensorFlow's import
     if FLAGS.num_last and FLAGS.num_best:
         raise app.UsageError("give --num_last or --num_best, not both")
     from tf_transformer.config import Config

@@ -17,6 +17,7 @@ import sys
 from absl import app, flags, logging
 
 from tf_transformer import flags as flags_lib
+from tf_transformer import process_defaults
 
 flags.DEFINE_string("train_data", None,
                     "Training corpus spec (TSV, SRC,TGT files, or tfds:...); required.")
@@ -50,8 +51,9 @@ FLAGS = flags.FLAGS
 
 def main(argv):
     del argv
+    process_defaults.apply()  # before TensorFlow's import
 
-    from tf_transformer.inputs import corpus, packing, pipeline
+    from tf_transformer.inputs import corpus, packing, pipeline, streamed
     from tf_transformer import model_dir as model_dir_lib
     from tf_transformer.training import distribution, divergence, selection
     from tf_transformer.training.evaluators import dev_loss_fn
@@ -63,7 +65,7 @@ def main(argv):
     logging.info("strategy %s with %d replicas", type(strategy).__name__,
                  strategy.num_replicas_in_sync)
 
-    train_corpus = corpus.open_corpus(FLAGS.train_data)
+    train_corpus = streamed.open_corpus(FLAGS.train_data)
     tok = shared_vocabulary(train_corpus, distribution.is_chief(strategy))
     config = flags_lib.with_vocab_size(flags_lib.config_from_flags(), tok.vocab_size)
     if distribution.is_chief(strategy):

@@ -18,6 +18,7 @@ import sys
 from absl import app, flags, logging
 
 from tf_transformer import flags as flags_lib
+from tf_transformer import process_defaults
 
 flags_lib.define_restore_flags()
 flags_lib.define_decode_flags(
@@ -38,7 +39,8 @@ FLAGS = flags.FLAGS
 
 def main(argv):
     del argv
-    from tf_transformer.decoding import streaming
+    process_defaults.apply()  # before TensorFlow's import
+    from tf_transformer.cli import streaming
 
     translator, decode = flags_lib.translator_from_flags()
     show_progress = FLAGS.progress if FLAGS.progress is not None else bool(FLAGS.input)
@@ -57,7 +59,7 @@ def main(argv):
     if progress:
         progress.finish()
     if FLAGS.plot_attention and summary.first_line is not None:
-        from tf_transformer.decoding import attention_plot
+        from tf_transformer.cli import attention_plot
         attention_plot.plot_translation(translator, summary.first_line, FLAGS.plot_attention)
         logging.info("attention of input line 0 written to %s", FLAGS.plot_attention)
 

@@ -1,0 +1,184 @@
+"""The package's layout rules, read from its source: imports run one way (no circle,
+function-level imports included), decoding/ and exporters/ never import training/, and
+nothing in tf_transformer/ keeps hidden process state (no `global` statement, no
+environment variable set at import time; binaries set their process defaults in main,
+before TensorFlow is imported)."""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+
+import pytest
+from model_fixtures import REPO_ROOT
+
+from tf_transformer import process_defaults
+
+PACKAGE = os.path.join(REPO_ROOT, "tf_transformer")
+BINARIES = ["tf_transformer.train", "tf_transformer.translate", "tf_transformer.evaluate",
+            "tf_transformer.average_checkpoints", "export.__main__"]
+
+
+def _modules() -> dict[str, str]:
+    """Module name -> path, for every module of tf_transformer/."""
+    modules = {}
+    for directory, _, files in os.walk(PACKAGE):
+        for name in files:
+            if name.endswith(".py"):
+                path = os.path.join(directory, name)
+                module = os.path.relpath(path, REPO_ROOT)[:-3].replace(os.sep, ".")
+                modules[module.removesuffix(".__init__")] = path
+    return modules
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the tf_transformer modules it imports anywhere in its source.
+
+    `from package import name` names the submodule when `name` is one, else the
+    package; the top package (`tf_transformer`, empty) is left out."""
+    modules = _modules()
+    graph = {}
+    for module, path in modules.items():
+        imported = set()
+        for node in ast.walk(ast.parse(open(path, encoding="utf-8").read())):
+            if isinstance(node, ast.Import):
+                imported.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                subs = {f"{node.module}.{a.name}" for a in node.names} & modules.keys()
+                imported |= subs or {node.module}
+        graph[module] = {m for m in imported & modules.keys() if m not in (module, "tf_transformer")}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan)."""
+    index, low, stack, on_stack, found = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_circle_in_the_package():
+    graph = import_graph()
+    assert "tf_transformer.decoding.translator" in graph  # the graph was read
+    assert cycles(graph) == []
+
+
+@pytest.mark.parametrize("package", ["tf_transformer.decoding", "tf_transformer.exporters",
+                                     "tf_transformer.search", "tf_transformer.model"])
+def test_serving_side_never_imports_training(package):
+    graph = import_graph()
+    offenders = {m: sorted(d for d in deps if d.startswith("tf_transformer.training"))
+                 for m, deps in graph.items() if m.startswith(package)}
+    assert not {m: d for m, d in offenders.items() if d}
+
+
+def _module_level_statements(tree: ast.Module):
+    """Statements that run at import: the module body and its if/try/with blocks,
+    not function or class bodies' functions."""
+    todo = list(tree.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        yield node
+        for field in ("body", "orelse", "finalbody", "handlers"):
+            todo.extend(getattr(node, field, []) or [])
+
+
+def _sets_environment(node: ast.AST) -> bool:
+    for sub in ast.walk(node):
+        if isinstance(sub, (ast.Assign, ast.AugAssign)):
+            targets = sub.targets if isinstance(sub, ast.Assign) else [sub.target]
+            if any("environ" in ast.unparse(t) for t in targets):
+                return True
+        if isinstance(sub, ast.Call):
+            called = ast.unparse(sub.func)
+            if called in ("os.putenv", "os.environ.setdefault", "os.environ.update"):
+                return True
+    return False
+
+
+def test_no_global_statement_and_no_environment_set_at_import():
+    for module, path in _modules().items():
+        tree = ast.parse(open(path, encoding="utf-8").read())
+        assert not [n for n in ast.walk(tree) if isinstance(n, ast.Global)], module
+        assert not [n for n in _module_level_statements(tree) if _sets_environment(n)], module
+
+
+def test_the_environment_checks_see_what_they_look_for():
+    tree = ast.parse("import os\nos.environ.setdefault('A', '1')\ndef f():\n    global X\n")
+    assert any(_sets_environment(n) for n in _module_level_statements(tree))
+    assert [n for n in ast.walk(tree) if isinstance(n, ast.Global)]
+    inside = ast.parse("import os\ndef f():\n    os.environ['A'] = '1'\n")
+    assert not any(_sets_environment(n) for n in _module_level_statements(inside))
+
+
+def test_importing_the_package_leaves_the_environment_alone():
+    """Every library module of tf_transformer/ imported in a clean process (the
+    binaries define flags, so each runs alone): os.environ unchanged, beyond what the
+    libraries under it set themselves (joblib, under sacremoses, sets KMP_INIT_AT_FORK)."""
+    modules = sorted(m for m in _modules() if m not in BINARIES + ["tf_transformer.summary"])
+    code = ("import os, importlib, json, sys\n"
+            "import tensorflow, tensorflow_text, keras, keras_hub, sacrebleu, sacremoses, matplotlib\n"
+            "before = dict(os.environ)\n"
+            f"for m in {modules!r}: importlib.import_module(m)\n"
+            "print(json.dumps(sorted(set(os.environ.items()) ^ set(before.items()))))\n")
+    env = {k: v for k, v in os.environ.items() if k not in process_defaults.DEFAULTS}
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, env=env, check=True,
+                         capture_output=True, text=True).stdout
+    assert out.strip().splitlines()[-1] == "[]"
+
+
+def test_binaries_import_tensorflow_only_after_their_process_defaults():
+    """A binary's module imports no TensorFlow, so the `process_defaults.apply()` that
+    starts its main runs before TensorFlow reads the environment."""
+    for module in BINARIES:
+        code = f"import importlib, sys\nimportlib.import_module({module!r})\n" \
+               "print('tensorflow' in sys.modules)\n"
+        out = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, check=True,
+                             capture_output=True, text=True).stdout
+        assert out.strip() == "False", module
+        path = os.path.join(REPO_ROOT, *module.split(".")) + ".py"
+        main = next(n for n in ast.parse(open(path).read()).body
+                    if isinstance(n, ast.FunctionDef) and n.name == "main")
+        calls = [ast.unparse(n) for n in main.body[:2]]
+        assert "process_defaults.apply()" in calls, (module, calls)
+
+
+def test_process_defaults_fill_only_what_the_user_left_unset():
+    environ = {"TF_ENABLE_ONEDNN_OPTS": "0"}
+    assert process_defaults.apply(environ) == {}
+    assert environ == {"TF_ENABLE_ONEDNN_OPTS": "0"}
+    empty = {}
+    assert process_defaults.apply(empty) == {"TF_ENABLE_ONEDNN_OPTS": "1"} == empty
