@@ -27,10 +27,11 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import shlex
 import subprocess
 import sys
 import time
+
+from bench.compare.settings import opennmt_schedule, read_settings
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VARIANTS = ("none", "reverse", "half", "vocab4k", "vocab16k")
@@ -49,18 +50,6 @@ def parse_args(argv=None):
     parser.add_argument("--only", default="", help="Comma list of setting names to run.")
     parser.add_argument("--work_dir", default=os.path.join(REPO, "bench", "out", "sweep"))
     return parser.parse_args(argv)
-
-
-def read_settings(path: str) -> list[tuple[str, list[str]]]:
-    """(name, flags) per non-comment line."""
-    settings = []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            line = line.split("#", 1)[0].strip()
-            if line:
-                name, *flags = shlex.split(line)
-                settings.append((name, flags))
-    return settings
 
 
 def variant_data(corpus_dir: str, variant: str, work_dir: str) -> tuple[str, str, list[str]]:
@@ -115,23 +104,6 @@ def sweep_one(name, flags, args, train, dev, extra) -> dict:
             "dev_bleu": float(bleu.group(1)) if bleu else float("nan"),
             "dev_chrf": float(bleu.group(2)) if bleu else float("nan"),
             "diverged": "warning: diverged?" in log}
-
-
-def opennmt_schedule(flags: list[str]) -> dict:
-    """An OpenNMT-tf setting's flags -> trainings.train_opennmt's schedule."""
-    schedule = {}
-    for flag in flags:
-        name, _, value = flag.lstrip("-").partition("=")
-        if name == "warmup_steps":
-            schedule[name] = int(value)
-        elif name == "learning_rate_scale":
-            schedule[name] = float(value)
-        elif name == "pre_norm":
-            schedule[name] = True
-        else:
-            raise ValueError(f"OpenNMT-tf settings take --warmup_steps, --learning_rate_scale "
-                             f"and --pre_norm, not {flag}")
-    return schedule
 
 
 def sweep_one_opennmt(name, flags, args, data) -> dict:

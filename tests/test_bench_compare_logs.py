@@ -53,11 +53,10 @@ def test_dev_curve_times_each_checkpoint_by_its_logged_save():
 
 
 def test_protocol_trains_opennmt_with_a_setting_of_its_sweep():
-    from bench import schedule_sweep
-    from bench.compare import trainings
+    from bench.compare import settings
 
-    settings = dict(schedule_sweep.read_settings(trainings.OPENNMT_SWEEP))
-    schedule = schedule_sweep.opennmt_schedule(settings[trainings.OPENNMT_SETTING])
+    sweep = dict(settings.read_settings(settings.OPENNMT_SWEEP))
+    schedule = settings.opennmt_schedule(sweep[settings.OPENNMT_SETTING])
     assert schedule["warmup_steps"] < 4000  # not the paper's, which never ends in 25 minutes
 
 

@@ -36,9 +36,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 from bench.compare import decode_benchmark, dev_curves  # noqa: E402
 from bench.compare.report import plot, report  # noqa: E402
 from bench.compare.scoring import bleu  # noqa: E402
-from bench.compare.trainings import (ONMT_VENV, OPENNMT_SETTING, OPENNMT_SWEEP, REPO,  # noqa: E402
-                                     cpu_model, earlier_trainings, one_core_matmul_peak,
-                                     recipe_model, run_logged, train_both)
+from bench.compare.settings import (OPENNMT_SETTING, OPENNMT_SWEEP, opennmt_schedule,  # noqa: E402
+                                    read_settings)
+from bench.compare.trainings import (ONMT_VENV, REPO, cpu_model, earlier_trainings,  # noqa: E402
+                                     one_core_matmul_peak, recipe_model, run_logged, train_both)
 
 SPLITS = ("train", "dev", "test")
 
@@ -176,7 +177,6 @@ def main():
         peak = results["matmul_peak_flops"]
     else:
         results.update(earlier_trainings(training_json, skip))
-        from bench.schedule_sweep import opennmt_schedule, read_settings
         flags = dict(read_settings(OPENNMT_SWEEP))[args.opennmt_setting]
         results.update(train_both(args, work, d, opennmt_schedule(flags)))
         if "opennmt" not in skip:

@@ -4,8 +4,8 @@ run_protocol.py runs them one after the other, or (--concurrent) at once, each p
 its own core; schedule_sweep.py runs OpenNMT-tf's alone, once per setting. Every output
 line is timestamped (`run_logged`), which gives the learning curves, and every process
 runs under /usr/bin/time -v, which gives its peak RSS. The protocol's paths (the peers'
-venvs, our recipe, OpenNMT-tf's sweep and setting) live here too: the decoding benchmark
-and the sweep read them.
+venvs, our recipe) live here too: the decoding benchmark and the sweep read them;
+OpenNMT-tf's schedule setting is in settings.py.
 """
 
 import json
@@ -22,11 +22,6 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 
 ONMT_VENV = os.path.join(HERE, ".venvs", "opennmt", "bin")
 CT2_VENV = os.path.join(HERE, ".venvs", "ctranslate2", "bin")
-# Ours trains with its `small` preset's schedule, the best of its own dev-split sweep
-# (bench/sweeps/small_cpu.txt); OpenNMT-tf with the best setting of the same sweep run
-# for it on the same dev pairs:
-OPENNMT_SWEEP = os.path.join(REPO, "bench", "sweeps", "opennmt_small_cpu.txt")
-OPENNMT_SETTING = "onmt_w1600_pre"
 # Our side's flags: the model (3+3 layers, as opennmt_model.py), vocabulary, batch.
 RECIPE = os.path.join(REPO, "tf_transformer", "recipes", "small_cpu.flags")
 
@@ -64,7 +59,7 @@ def _pinned_to(cpus):
 
 
 def train_opennmt(args, work, d, name="opennmt", schedule=None, cpus=None):
-    """OpenNMT-tf's run of the protocol; `schedule` (opennmt_schedule) changes its
+    """OpenNMT-tf's run of the protocol; `schedule` (settings.opennmt_schedule) changes its
     learning-rate schedule and norm position, as the dev-split sweep does."""
     schedule = schedule or {}
     model_dir = os.path.join(work, name)
