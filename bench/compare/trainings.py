@@ -1,11 +1,11 @@
 """The protocol's two trainings: OpenNMT-tf's and ours, each a logged subprocess.
 
 run_protocol.py runs them one after the other, or (--concurrent) at once, each pinned to
-its own core; schedule_sweep.py runs OpenNMT-tf's alone, once per setting. Every output
-line is timestamped (`run_logged`), which gives the learning curves, and every process
-runs under /usr/bin/time -v, which gives its peak RSS. The protocol's paths (the peers'
-venvs, our recipe) live here too: the decoding benchmark and the sweep read them;
-OpenNMT-tf's schedule setting is in settings.py.
+its own core; opennmt_sweep.py (schedule_sweep.py --system=opennmt) runs OpenNMT-tf's
+alone, once per setting. Every output line is timestamped (`run_logged`), which gives the
+learning curves, and every process runs under /usr/bin/time -v, which gives its peak RSS.
+The protocol's paths (the peers' venvs, our recipe) live here too: the decoding benchmark
+and the sweep read them; OpenNMT-tf's schedule setting is in settings.py.
 """
 
 import json
