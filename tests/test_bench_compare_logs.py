@@ -149,3 +149,86 @@ def test_the_opennmt_sweep_trains_a_setting_and_scores_it_on_dev(tmp_path, monke
     assert calls["infer"] == ["this is good", "a house"]
     assert (row["steps"], row["loss"]) == (700, "4.25")
     assert round(row["dev_bleu"], 6) == round(row["dev_chrf"], 6) == 100.0
+
+
+class _FakeTrainer:
+    """What opennmt_train.py relies on in OpenNMT-tf 2.32.0's opennmt.training.Trainer."""
+
+    def __call__(self, dataset, accum_steps=1):
+        return [loss for loss in self._steps(dataset, accum_steps=accum_steps)]
+
+    def _steps(self, dataset, accum_steps=1):
+        yield from dataset
+
+
+def _opennmt_train(monkeypatch, trainer, version="2.32.0"):
+    """bench/compare/opennmt_train.py loaded on a fake OpenNMT-tf (its venv is not ours)."""
+    import importlib.util
+    import sys
+    import types
+
+    from bench.compare import trainings
+
+    fake = {name: types.ModuleType(name) for name in
+            ("opennmt", "opennmt.training", "opennmt.bin", "opennmt.bin.main")}
+    fake["opennmt"].__version__ = version
+    fake["opennmt"].training, fake["opennmt.bin"].main = fake["opennmt.training"], fake["opennmt.bin.main"]
+    fake["opennmt.training"].Trainer = trainer
+    for name, module in fake.items():
+        monkeypatch.setitem(sys.modules, name, module)
+    spec = importlib.util.spec_from_file_location(
+        "opennmt_train", os.path.join(trainings.HERE, "opennmt_train.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.PATCH_ERROR == trainings.OPENNMT_PATCH_ERROR
+    return module
+
+
+def test_the_opennmt_deadline_ends_the_step_loop(monkeypatch, capsys):
+    trainer = type("Trainer", (_FakeTrainer,), {})
+    opennmt_train = _opennmt_train(monkeypatch, trainer)
+    assert trainer()([1.0, 2.0, 3.0]) == [1.0, 2.0, 3.0]
+    opennmt_train._with_deadline(0.0)  # already past after the first step
+    assert trainer()([1.0, 2.0, 3.0]) == [1.0]
+    assert capsys.readouterr().out == "stopped_by=max_minutes minutes=0.0\n"
+
+
+def test_the_opennmt_patch_fails_loudly_on_a_changed_trainer(monkeypatch, capsys):
+    import pytest
+
+    class Renamed(_FakeTrainer):  # _steps gone
+        _steps = None
+
+    class Overridden(_FakeTrainer):
+        pass
+
+    class MultiDevice(Overridden):
+        def _steps(self, dataset, accum_steps=1):
+            yield from dataset
+
+    for trainer, problem in ((Renamed, "Trainer has no attribute `_steps`"),
+                             (Overridden, "_steps is overridden in MultiDevice")):
+        opennmt_train = _opennmt_train(monkeypatch, trainer, version="2.33.0")
+        with pytest.raises(SystemExit) as error:
+            opennmt_train._with_deadline(1.0)
+        message = str(error.value)
+        assert message.startswith(opennmt_train.PATCH_ERROR + " (OpenNMT-tf 2.33.0): ")
+        assert problem in message and "written against OpenNMT-tf 2.32.0" in message
+    opennmt_train = _opennmt_train(monkeypatch, type("Trainer", (_FakeTrainer,), {}), "2.33.0")
+    opennmt_train._with_deadline(1.0)  # it fits: a warning only
+    assert "written against 2.32.0; its checks pass" in capsys.readouterr().out
+
+
+def test_the_protocol_stops_when_the_opennmt_patch_does_not_fit(tmp_path, monkeypatch):
+    import argparse
+
+    import pytest
+
+    from bench.compare import trainings
+
+    error = trainings.OPENNMT_PATCH_ERROR + " (OpenNMT-tf 2.33.0): Trainer has no attribute `_steps`."
+    monkeypatch.setattr(trainings, "run_logged",
+                        lambda *args, **kwargs: ([(3.0, "I tensorflow"), (4.0, error)], 300.0, 1))
+    d = {"data": str(tmp_path), "onmt_vocab": str(tmp_path / "vocab")}
+    with pytest.raises(SystemExit, match="no attribute `_steps`"):
+        trainings.train_opennmt(argparse.Namespace(minutes=1.0), str(tmp_path), d)

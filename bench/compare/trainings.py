@@ -22,6 +22,9 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 
 ONMT_VENV = os.path.join(HERE, ".venvs", "opennmt", "bin")
 CT2_VENV = os.path.join(HERE, ".venvs", "ctranslate2", "bin")
+# The start of the line opennmt_train.py exits with when its wall-clock patch no longer
+# fits the installed OpenNMT-tf (opennmt_train.PATCH_ERROR; that module imports OpenNMT-tf).
+OPENNMT_PATCH_ERROR = "opennmt_train.py: cannot bound OpenNMT-tf's training by minutes"
 # Our side's flags: the model (3+3 layers, as opennmt_model.py), vocabulary, batch.
 RECIPE = os.path.join(REPO, "tf_transformer", "recipes", "small_cpu.flags")
 
@@ -84,6 +87,9 @@ def train_opennmt(args, work, d, name="opennmt", schedule=None, cpus=None):
     lines, rss, _ = run_logged([os.path.join(ONMT_VENV, "python"), os.path.join(HERE, "opennmt_train.py"),
                                 str(args.minutes), "--log_level", "INFO"] + base + ["train"],
                                os.path.join(work, f"{name}_train.log"), env=env, cpus=cpus)
+    for _, line in lines:  # stop the protocol here, not after the other training
+        if line.startswith(OPENNMT_PATCH_ERROR):
+            raise SystemExit(line)
     return {"base_args": base, "env": env, "model_dir": model_dir, "peak_rss_mb": rss,
             "schedule": schedule, "train_log": os.path.join(work, f"{name}_train.log"),
             **parse_opennmt_train(lines), "counts": "source pieces (no EOS) + target pieces + EOS"}
