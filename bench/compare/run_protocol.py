@@ -20,7 +20,8 @@ longer budget for both fits one session on the same CPU):
      float32 and int8 on our weights, our default export also with one intra-op thread
      (decode_benchmark.py).
 Prints one line per figure (both values and the ratio), writes WORK_DIR/figures.json
-and bench/compare_learning_curves.png. See bench/compare/README.md.
+and the learning curves to WORK_DIR/learning_curves.png (--plot: elsewhere). See
+bench/compare/README.md.
 """
 
 import argparse
@@ -52,7 +53,9 @@ def parse_args():
     parser.add_argument("--corpus_dir",
                         default=os.path.join(REPO, "..", "shared", "corpora", "libreoffice-help.en-de"))
     parser.add_argument("--work_dir", default=os.path.join(REPO, "bench", "out", "compare"))
-    parser.add_argument("--plot", default=os.path.join(REPO, "bench", "compare_learning_curves.png"))
+    parser.add_argument("--plot", default="",
+                        help="Where the learning curves go (default: WORK_DIR/learning_curves.png; "
+                             "the image in the repository is --plot=bench/compare_learning_curves.png).")
     parser.add_argument("--vocab_size", type=int, default=8000)
     parser.add_argument("--skip", default="", help="Comma list of: opennmt,ours,ctranslate2,decode (decode: training "
                              "and test BLEU only, no export or decoding benchmark). A system skipped "
@@ -152,6 +155,7 @@ def main():
     args = parse_args()
     work = os.path.abspath(args.work_dir)
     os.makedirs(work, exist_ok=True)
+    args.plot = args.plot or os.path.join(work, "learning_curves.png")
     skip = args.skip.split(",")
     d = prepare_data(args, work)
     from bench.timing import matmul_peak
