@@ -5,7 +5,7 @@
 Runs in our .venv; the peers run as subprocesses in bench/compare/.venvs
 (setup_peers.sh). Steps, one after the other (never two at once: 2 cores), except
 that --concurrent trains both systems at once, each pinned to its own core (how a
-longer budget for both fits one session on the same CPU):
+longer budget for both fits one stretch of time on the same CPU):
   1. one SentencePiece BPE vocabulary of 8000 on the train split (our trainer's
      function), the splits written as pieces for OpenNMT-tf, its vocabulary file;
   2. the float32 matmul peak of this machine (bench/timing.py);
@@ -60,7 +60,7 @@ def parse_args():
     parser.add_argument("--skip", default="", help="Comma list of: opennmt,ours,ctranslate2,decode (decode: training "
                              "and test BLEU only, no export or decoding benchmark). A system skipped "
                              "in training keeps its entry of an earlier WORK_DIR/training.json, so "
-                             "the two trainings of a long budget can run in two sessions.")
+                             "the two trainings of a long budget can run as two invocations.")
     parser.add_argument("--reuse_training", action="store_true",
                         help="Skip training: reuse WORK_DIR/training.json and the model dirs of an "
                              "earlier run (to re-measure decoding after a change).")
@@ -71,7 +71,7 @@ def parse_args():
                              "best on dev of its sweep (bench/schedule_sweep.py; BUILD.md).")
     parser.add_argument("--concurrent", action="store_true",
                         help="Train both systems at once, each pinned to its own CPU core (a longer budget "
-                             "for both in one session: same machine, same minutes, one core each); the "
+                             "for both in one run: same machine, same minutes, one core each); the "
                              "matmul peak is then measured on one core.")
     parser.add_argument("--dev_curve_sentences", type=int, default=300,
                         help="Dev BLEU of every kept checkpoint on this many dev pairs, after "

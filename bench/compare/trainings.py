@@ -174,7 +174,7 @@ def train_both(args, work, d, schedule) -> dict:
 
 
 def cpu_model() -> str:
-    """The CPU's model name: a system trained in another session is only compared on the same."""
+    """The CPU's model name: a system trained in an earlier run is only compared on the same."""
     with open("/proc/cpuinfo") as f:
         return next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
 
