@@ -19,7 +19,8 @@ runs the same sweep for OpenNMT-tf (the side-by-side peer, bench/compare/; its v
 setup_peers.sh): each setting's `--warmup_steps=`, `--learning_rate_scale=` (the Noam
 scale) and `--pre_norm` change the protocol's configuration (trainings.train_opennmt),
 on the protocol's pieces and vocabulary; its own `onmt-main infer` translates the same
-dev pairs, scored here the same way.
+dev pairs, scored the same way. That side lives in the harness
+(bench/compare/opennmt_sweep.py), which this module imports one way.
 """
 
 from __future__ import annotations
@@ -27,10 +28,11 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import shlex
 import subprocess
 import sys
 import time
+
+from bench.compare.settings import read_settings
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VARIANTS = ("none", "reverse", "half", "vocab4k", "vocab16k")
@@ -49,18 +51,6 @@ def parse_args(argv=None):
     parser.add_argument("--only", default="", help="Comma list of setting names to run.")
     parser.add_argument("--work_dir", default=os.path.join(REPO, "bench", "out", "sweep"))
     return parser.parse_args(argv)
-
-
-def read_settings(path: str) -> list[tuple[str, list[str]]]:
-    """(name, flags) per non-comment line."""
-    settings = []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            line = line.split("#", 1)[0].strip()
-            if line:
-                name, *flags = shlex.split(line)
-                settings.append((name, flags))
-    return settings
 
 
 def variant_data(corpus_dir: str, variant: str, work_dir: str) -> tuple[str, str, list[str]]:
@@ -117,82 +107,24 @@ def sweep_one(name, flags, args, train, dev, extra) -> dict:
             "diverged": "warning: diverged?" in log}
 
 
-def opennmt_schedule(flags: list[str]) -> dict:
-    """An OpenNMT-tf setting's flags -> trainings.train_opennmt's schedule."""
-    schedule = {}
-    for flag in flags:
-        name, _, value = flag.lstrip("-").partition("=")
-        if name == "warmup_steps":
-            schedule[name] = int(value)
-        elif name == "learning_rate_scale":
-            schedule[name] = float(value)
-        elif name == "pre_norm":
-            schedule[name] = True
-        else:
-            raise ValueError(f"OpenNMT-tf settings take --warmup_steps, --learning_rate_scale "
-                             f"and --pre_norm, not {flag}")
-    return schedule
-
-
-def sweep_one_opennmt(name, flags, args, data) -> dict:
-    """One OpenNMT-tf setting: the protocol's training with this schedule, then its own
-    decoder on the first --dev_sentences dev pairs (beam 4, alpha 0.6), scored here."""
-    import sacrebleu
-
-    from bench.compare import trainings
-
-    start = time.time()
-    protocol = argparse.Namespace(minutes=args.minutes)
-    result = trainings.train_opennmt(protocol, args.work_dir, data, name=name,
-                                     schedule=opennmt_schedule(flags))
-    with open(os.path.join(data["data"], "dev.en.sp"), encoding="utf-8") as f:
-        sources = f.readlines()[:args.dev_sentences]
-    features = os.path.join(args.work_dir, "dev_subset.en.sp")
-    with open(features, "w", encoding="utf-8") as f:
-        f.writelines(sources)
-    predictions = os.path.join(args.work_dir, f"{name}_dev.pred.sp")
-    trainings.run_logged([os.path.join(trainings.ONMT_VENV, "onmt-main")]
-                         + result["base_args"] + ["infer", "--features_file", features,
-                                                  "--predictions_file", predictions],
-                         os.path.join(args.work_dir, f"{name}_dev.log"),
-                         env=result["env"])
-    with open(predictions, encoding="utf-8") as f:
-        hypotheses = [data["sp"].decode(line.split()) for line in f]
-    references = data["dev_targets"][:len(hypotheses)]
-    curve = result["curve_train"]
-    return {"name": name, "flags": " ".join(flags), "steps": result["last_step"],
-            "loss": f"{curve[-1][1]:.2f}" if curve else "-",
-            "minutes": (time.time() - start) / 60,
-            "dev_bleu": sacrebleu.corpus_bleu(hypotheses, [references]).score,
-            "dev_chrf": sacrebleu.corpus_chrf(hypotheses, [references]).score,
-            "diverged": False}
-
-
-def opennmt_data(args) -> dict:
-    """The protocol's pieces, vocabularies and dev references (run_protocol.prepare_data)."""
-    from bench.compare import run_protocol
-    from tf_transformer.inputs import corpus
-
-    protocol = argparse.Namespace(corpus_dir=args.corpus_dir, vocab_size=8000, test_sentences=0)
-    data = run_protocol.prepare_data(protocol, args.work_dir)
-    data["dev_targets"] = corpus.read_tsv(os.path.join(args.corpus_dir, "dev.tsv")).targets
-    return data
-
-
 def main(argv=None):
     args = parse_args(argv)
     os.makedirs(args.work_dir, exist_ok=True)
     if args.system == "opennmt" and args.variant != "none":
         raise SystemExit("--system=opennmt sweeps the protocol's corpus only (--variant=none)")
     train, dev, extra = variant_data(args.corpus_dir, args.variant, args.work_dir)
-    data = opennmt_data(args) if args.system == "opennmt" else None
+    if args.system == "opennmt":
+        from bench.compare import opennmt_sweep
+        data = opennmt_sweep.sweep_data(args)
+    else:
+        data = None
     only = set(filter(None, args.only.split(",")))
     rows = []
     for name, flags in read_settings(args.settings):
         if only and name not in only:
             continue
         if data is not None:
-            row = sweep_one_opennmt(name, flags, args, data)
+            row = opennmt_sweep.sweep_one(name, flags, args, data)
         else:
             row = sweep_one(name, flags, args, train, dev, extra)
         rows.append(row)

@@ -53,11 +53,10 @@ def test_dev_curve_times_each_checkpoint_by_its_logged_save():
 
 
 def test_protocol_trains_opennmt_with_a_setting_of_its_sweep():
-    from bench import schedule_sweep
-    from bench.compare import trainings
+    from bench.compare import settings
 
-    settings = dict(schedule_sweep.read_settings(trainings.OPENNMT_SWEEP))
-    schedule = schedule_sweep.opennmt_schedule(settings[trainings.OPENNMT_SETTING])
+    sweep = dict(settings.read_settings(settings.OPENNMT_SWEEP))
+    schedule = settings.opennmt_schedule(sweep[settings.OPENNMT_SETTING])
     assert schedule["warmup_steps"] < 4000  # not the paper's, which never ends in 25 minutes
 
 
@@ -116,3 +115,120 @@ def test_concurrent_trainings_get_a_core_each():
         cores = trainings.core_assignment(True)
         assert len(cores["opennmt"]) == len(cores["ours"]) == 1
         assert cores["opennmt"] != cores["ours"]
+
+
+def test_the_opennmt_sweep_trains_a_setting_and_scores_it_on_dev(tmp_path, monkeypatch):
+    # OpenNMT-tf itself is faked: what is checked is the harness's side of a sweep row.
+    import argparse
+
+    from bench.compare import opennmt_sweep, trainings
+
+    calls = {}
+
+    def train_opennmt(args, work, d, name, schedule):
+        calls["train"] = (args.minutes, name, schedule)
+        return {"base_args": ["--config", "c.yml"], "env": {}, "last_step": 700,
+                "curve_train": [(60.0, 5.0), (120.0, 4.25)]}
+
+    def run_logged(command, log_path, env=None):
+        features = command[command.index("--features_file") + 1]
+        with open(features, encoding="utf-8") as f:
+            calls["infer"] = f.read().split("\n")[:-1]
+        predictions = command[command.index("--predictions_file") + 1]
+        with open(predictions, "w", encoding="utf-8") as f:
+            f.write("das ist ein gutes Haus\nein Haus am See\n")
+
+    monkeypatch.setattr(trainings, "train_opennmt", train_opennmt)
+    monkeypatch.setattr(trainings, "run_logged", run_logged)
+    (tmp_path / "dev.en.sp").write_text("this is good\na house\nnot read\n")
+    data = {"data": str(tmp_path), "dev_targets": ["das ist ein gutes Haus", "ein Haus am See", "x"],
+            "sp": argparse.Namespace(decode=" ".join)}
+    args = argparse.Namespace(minutes=2.0, dev_sentences=2, work_dir=str(tmp_path))
+    row = opennmt_sweep.sweep_one("w800", ["--warmup_steps=800", "--pre_norm"], args, data)
+    assert calls["train"] == (2.0, "w800", {"warmup_steps": 800, "pre_norm": True})
+    assert calls["infer"] == ["this is good", "a house"]
+    assert (row["steps"], row["loss"]) == (700, "4.25")
+    assert round(row["dev_bleu"], 6) == round(row["dev_chrf"], 6) == 100.0
+
+
+class _FakeTrainer:
+    """What opennmt_train.py relies on in OpenNMT-tf 2.32.0's opennmt.training.Trainer."""
+
+    def __call__(self, dataset, accum_steps=1):
+        return [loss for loss in self._steps(dataset, accum_steps=accum_steps)]
+
+    def _steps(self, dataset, accum_steps=1):
+        yield from dataset
+
+
+def _opennmt_train(monkeypatch, trainer, version="2.32.0"):
+    """bench/compare/opennmt_train.py loaded on a fake OpenNMT-tf (its venv is not ours)."""
+    import importlib.util
+    import sys
+    import types
+
+    from bench.compare import trainings
+
+    fake = {name: types.ModuleType(name) for name in
+            ("opennmt", "opennmt.training", "opennmt.bin", "opennmt.bin.main")}
+    fake["opennmt"].__version__ = version
+    fake["opennmt"].training, fake["opennmt.bin"].main = fake["opennmt.training"], fake["opennmt.bin.main"]
+    fake["opennmt.training"].Trainer = trainer
+    for name, module in fake.items():
+        monkeypatch.setitem(sys.modules, name, module)
+    spec = importlib.util.spec_from_file_location(
+        "opennmt_train", os.path.join(trainings.HERE, "opennmt_train.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.PATCH_ERROR == trainings.OPENNMT_PATCH_ERROR
+    return module
+
+
+def test_the_opennmt_deadline_ends_the_step_loop(monkeypatch, capsys):
+    trainer = type("Trainer", (_FakeTrainer,), {})
+    opennmt_train = _opennmt_train(monkeypatch, trainer)
+    assert trainer()([1.0, 2.0, 3.0]) == [1.0, 2.0, 3.0]
+    opennmt_train._with_deadline(0.0)  # already past after the first step
+    assert trainer()([1.0, 2.0, 3.0]) == [1.0]
+    assert capsys.readouterr().out == "stopped_by=max_minutes minutes=0.0\n"
+
+
+def test_the_opennmt_patch_fails_loudly_on_a_changed_trainer(monkeypatch, capsys):
+    import pytest
+
+    class Renamed(_FakeTrainer):  # _steps gone
+        _steps = None
+
+    class Overridden(_FakeTrainer):
+        pass
+
+    class MultiDevice(Overridden):
+        def _steps(self, dataset, accum_steps=1):
+            yield from dataset
+
+    for trainer, problem in ((Renamed, "Trainer has no attribute `_steps`"),
+                             (Overridden, "_steps is overridden in MultiDevice")):
+        opennmt_train = _opennmt_train(monkeypatch, trainer, version="2.33.0")
+        with pytest.raises(SystemExit) as error:
+            opennmt_train._with_deadline(1.0)
+        message = str(error.value)
+        assert message.startswith(opennmt_train.PATCH_ERROR + " (OpenNMT-tf 2.33.0): ")
+        assert problem in message and "written against OpenNMT-tf 2.32.0" in message
+    opennmt_train = _opennmt_train(monkeypatch, type("Trainer", (_FakeTrainer,), {}), "2.33.0")
+    opennmt_train._with_deadline(1.0)  # it fits: a warning only
+    assert "written against 2.32.0; its checks pass" in capsys.readouterr().out
+
+
+def test_the_protocol_stops_when_the_opennmt_patch_does_not_fit(tmp_path, monkeypatch):
+    import argparse
+
+    import pytest
+
+    from bench.compare import trainings
+
+    error = trainings.OPENNMT_PATCH_ERROR + " (OpenNMT-tf 2.33.0): Trainer has no attribute `_steps`."
+    monkeypatch.setattr(trainings, "run_logged",
+                        lambda *args, **kwargs: ([(3.0, "I tensorflow"), (4.0, error)], 300.0, 1))
+    d = {"data": str(tmp_path), "onmt_vocab": str(tmp_path / "vocab")}
+    with pytest.raises(SystemExit, match="no attribute `_steps`"):
+        trainings.train_opennmt(argparse.Namespace(minutes=1.0), str(tmp_path), d)

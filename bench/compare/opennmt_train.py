@@ -6,16 +6,62 @@ OpenNMT-tf stops by step count only. This wraps its Trainer's step generator
 so the loop ends once MINUTES have passed since the first training step began,
 after which OpenNMT-tf does what it does at max_step: it logs, saves the final
 checkpoint and evaluates. tf_transformer's --max_minutes behaves the same way.
+
+The wrapped method, `opennmt.training.Trainer._steps`, is private: the patch was written
+against OpenNMT-tf 2.32.0 (WRITTEN_FOR), where it is a generator yielding once per
+parameter update, iterated by `Trainer.__call__`, and replaced by no subclass.
+`check_patchable` checks all of that before training and exits with a line starting
+PATCH_ERROR (which trainings.py looks for) when a release has changed it.
 """
 
+import inspect
 import sys
 import time
 
+import opennmt
 from opennmt import training
 from opennmt.bin import main as onmt_main
 
+WRITTEN_FOR = "2.32.0"
+PATCH_ERROR = "opennmt_train.py: cannot bound OpenNMT-tf's training by minutes"
+
+
+def check_patchable(trainer, version: str) -> None:
+    """Exits (SystemExit, a clear message) unless `trainer` (opennmt.training.Trainer) still
+    has what the deadline relies on; warns when it passes on another release than WRITTEN_FOR."""
+    problems = []
+    steps = getattr(trainer, "_steps", None)
+    if steps is None:
+        problems.append("Trainer has no attribute `_steps`")
+    elif not inspect.isgeneratorfunction(steps):
+        problems.append("Trainer._steps is no longer a generator function")
+    try:
+        call = inspect.getsource(trainer.__call__)
+    except (OSError, TypeError):  # no source installed: that check cannot be made
+        call = None
+    if call is not None and "self._steps(" not in call:
+        problems.append("Trainer.__call__ no longer iterates self._steps(...)")
+    overriding = sorted(c.__name__ for c in _subclasses(trainer) if "_steps" in vars(c))
+    if overriding:
+        problems.append(f"_steps is overridden in {', '.join(overriding)}, which the patch would miss")
+    if problems:
+        raise SystemExit(f"{PATCH_ERROR} (OpenNMT-tf {version}): {'; '.join(problems)}. "
+                         f"The patch replaces the private opennmt.training.Trainer._steps and was "
+                         f"written against OpenNMT-tf {WRITTEN_FOR} (bench/compare/README.md, "
+                         f"\"The OpenNMT-tf patch\").")
+    if version != WRITTEN_FOR:
+        print(f"warning: OpenNMT-tf {version}: the wall-clock patch was written against "
+              f"{WRITTEN_FOR}; its checks pass", flush=True)
+
+
+def _subclasses(cls):
+    for sub in cls.__subclasses__():
+        yield sub
+        yield from _subclasses(sub)
+
 
 def _with_deadline(minutes: float) -> None:
+    check_patchable(training.Trainer, getattr(opennmt, "__version__", "unknown"))
     steps = training.Trainer._steps
 
     def _steps(self, *args, **kwargs):

@@ -5,7 +5,7 @@
 Runs in our .venv; the peers run as subprocesses in bench/compare/.venvs
 (setup_peers.sh). Steps, one after the other (never two at once: 2 cores), except
 that --concurrent trains both systems at once, each pinned to its own core (how a
-longer budget for both fits one session on the same CPU):
+longer budget for both fits one stretch of time on the same CPU):
   1. one SentencePiece BPE vocabulary of 8000 on the train split (our trainer's
      function), the splits written as pieces for OpenNMT-tf, its vocabulary file;
   2. the float32 matmul peak of this machine (bench/timing.py);
@@ -20,7 +20,8 @@ longer budget for both fits one session on the same CPU):
      float32 and int8 on our weights, our default export also with one intra-op thread
      (decode_benchmark.py).
 Prints one line per figure (both values and the ratio), writes WORK_DIR/figures.json
-and bench/compare_learning_curves.png. See bench/compare/README.md.
+and the learning curves to WORK_DIR/learning_curves.png (--plot: elsewhere). See
+bench/compare/README.md.
 """
 
 import argparse
@@ -36,9 +37,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 from bench.compare import decode_benchmark, dev_curves  # noqa: E402
 from bench.compare.report import plot, report  # noqa: E402
 from bench.compare.scoring import bleu  # noqa: E402
-from bench.compare.trainings import (ONMT_VENV, OPENNMT_SETTING, OPENNMT_SWEEP, REPO,  # noqa: E402
-                                     cpu_model, earlier_trainings, one_core_matmul_peak,
-                                     recipe_model, run_logged, train_both)
+from bench.compare.settings import (OPENNMT_SETTING, OPENNMT_SWEEP, opennmt_schedule,  # noqa: E402
+                                    read_settings)
+from bench.compare.trainings import (ONMT_VENV, REPO, cpu_model, earlier_trainings,  # noqa: E402
+                                     one_core_matmul_peak, recipe_model, run_logged, train_both)
 
 SPLITS = ("train", "dev", "test")
 
@@ -51,12 +53,14 @@ def parse_args():
     parser.add_argument("--corpus_dir",
                         default=os.path.join(REPO, "..", "shared", "corpora", "libreoffice-help.en-de"))
     parser.add_argument("--work_dir", default=os.path.join(REPO, "bench", "out", "compare"))
-    parser.add_argument("--plot", default=os.path.join(REPO, "bench", "compare_learning_curves.png"))
+    parser.add_argument("--plot", default="",
+                        help="Where the learning curves go (default: WORK_DIR/learning_curves.png; "
+                             "the image in the repository is --plot=bench/compare_learning_curves.png).")
     parser.add_argument("--vocab_size", type=int, default=8000)
     parser.add_argument("--skip", default="", help="Comma list of: opennmt,ours,ctranslate2,decode (decode: training "
                              "and test BLEU only, no export or decoding benchmark). A system skipped "
                              "in training keeps its entry of an earlier WORK_DIR/training.json, so "
-                             "the two trainings of a long budget can run in two sessions.")
+                             "the two trainings of a long budget can run as two invocations.")
     parser.add_argument("--reuse_training", action="store_true",
                         help="Skip training: reuse WORK_DIR/training.json and the model dirs of an "
                              "earlier run (to re-measure decoding after a change).")
@@ -67,7 +71,7 @@ def parse_args():
                              "best on dev of its sweep (bench/schedule_sweep.py; BUILD.md).")
     parser.add_argument("--concurrent", action="store_true",
                         help="Train both systems at once, each pinned to its own CPU core (a longer budget "
-                             "for both in one session: same machine, same minutes, one core each); the "
+                             "for both in one run: same machine, same minutes, one core each); the "
                              "matmul peak is then measured on one core.")
     parser.add_argument("--dev_curve_sentences", type=int, default=300,
                         help="Dev BLEU of every kept checkpoint on this many dev pairs, after "
@@ -151,6 +155,7 @@ def main():
     args = parse_args()
     work = os.path.abspath(args.work_dir)
     os.makedirs(work, exist_ok=True)
+    args.plot = args.plot or os.path.join(work, "learning_curves.png")
     skip = args.skip.split(",")
     d = prepare_data(args, work)
     from bench.timing import matmul_peak
@@ -176,7 +181,6 @@ def main():
         peak = results["matmul_peak_flops"]
     else:
         results.update(earlier_trainings(training_json, skip))
-        from bench.schedule_sweep import opennmt_schedule, read_settings
         flags = dict(read_settings(OPENNMT_SWEEP))[args.opennmt_setting]
         results.update(train_both(args, work, d, opennmt_schedule(flags)))
         if "opennmt" not in skip:

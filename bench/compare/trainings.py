@@ -1,11 +1,11 @@
 """The protocol's two trainings: OpenNMT-tf's and ours, each a logged subprocess.
 
 run_protocol.py runs them one after the other, or (--concurrent) at once, each pinned to
-its own core; schedule_sweep.py runs OpenNMT-tf's alone, once per setting. Every output
-line is timestamped (`run_logged`), which gives the learning curves, and every process
-runs under /usr/bin/time -v, which gives its peak RSS. The protocol's paths (the peers'
-venvs, our recipe, OpenNMT-tf's sweep and setting) live here too: the decoding benchmark
-and the sweep read them.
+its own core; opennmt_sweep.py (schedule_sweep.py --system=opennmt) runs OpenNMT-tf's
+alone, once per setting. Every output line is timestamped (`run_logged`), which gives the
+learning curves, and every process runs under /usr/bin/time -v, which gives its peak RSS.
+The protocol's paths (the peers' venvs, our recipe) live here too: the decoding benchmark
+and the sweep read them; OpenNMT-tf's schedule setting is in settings.py.
 """
 
 import json
@@ -22,11 +22,9 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 
 ONMT_VENV = os.path.join(HERE, ".venvs", "opennmt", "bin")
 CT2_VENV = os.path.join(HERE, ".venvs", "ctranslate2", "bin")
-# Ours trains with its `small` preset's schedule, the best of its own dev-split sweep
-# (bench/sweeps/small_cpu.txt); OpenNMT-tf with the best setting of the same sweep run
-# for it on the same dev pairs:
-OPENNMT_SWEEP = os.path.join(REPO, "bench", "sweeps", "opennmt_small_cpu.txt")
-OPENNMT_SETTING = "onmt_w1600_pre"
+# The start of the line opennmt_train.py exits with when its wall-clock patch no longer
+# fits the installed OpenNMT-tf (opennmt_train.PATCH_ERROR; that module imports OpenNMT-tf).
+OPENNMT_PATCH_ERROR = "opennmt_train.py: cannot bound OpenNMT-tf's training by minutes"
 # Our side's flags: the model (3+3 layers, as opennmt_model.py), vocabulary, batch.
 RECIPE = os.path.join(REPO, "tf_transformer", "recipes", "small_cpu.flags")
 
@@ -64,7 +62,7 @@ def _pinned_to(cpus):
 
 
 def train_opennmt(args, work, d, name="opennmt", schedule=None, cpus=None):
-    """OpenNMT-tf's run of the protocol; `schedule` (opennmt_schedule) changes its
+    """OpenNMT-tf's run of the protocol; `schedule` (settings.opennmt_schedule) changes its
     learning-rate schedule and norm position, as the dev-split sweep does."""
     schedule = schedule or {}
     model_dir = os.path.join(work, name)
@@ -89,6 +87,9 @@ def train_opennmt(args, work, d, name="opennmt", schedule=None, cpus=None):
     lines, rss, _ = run_logged([os.path.join(ONMT_VENV, "python"), os.path.join(HERE, "opennmt_train.py"),
                                 str(args.minutes), "--log_level", "INFO"] + base + ["train"],
                                os.path.join(work, f"{name}_train.log"), env=env, cpus=cpus)
+    for _, line in lines:  # stop the protocol here, not after the other training
+        if line.startswith(OPENNMT_PATCH_ERROR):
+            raise SystemExit(line)
     return {"base_args": base, "env": env, "model_dir": model_dir, "peak_rss_mb": rss,
             "schedule": schedule, "train_log": os.path.join(work, f"{name}_train.log"),
             **parse_opennmt_train(lines), "counts": "source pieces (no EOS) + target pieces + EOS"}
@@ -173,7 +174,7 @@ def train_both(args, work, d, schedule) -> dict:
 
 
 def cpu_model() -> str:
-    """The CPU's model name: a system trained in another session is only compared on the same."""
+    """The CPU's model name: a system trained in an earlier run is only compared on the same."""
     with open("/proc/cpuinfo") as f:
         return next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
 
