@@ -8,8 +8,8 @@ would) and decodes each batch of --sources with `serving_default`, A then B,
 and B then A on the next batch, so both see the same machine at a grain of a
 fraction of a second. Runs alternated as whole processes (bench.ab,
 decode_peer.py) see the machine drift by several percent between runs; here an
-A/A run (the same export twice) stays within about half a percent (BUILD.md,
-"Decoding"). Prints each round's seconds of each export and B/A, the median
+A/A run (the same export twice) stays within about half a percent
+(bench/results/decoding.md). Prints each round's seconds of each export and B/A, the median
 ratio, and how many translations differ. `--threads=1`: one intra-op thread,
 the serving setting of decode_peer.py.
 

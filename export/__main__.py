@@ -12,7 +12,7 @@ default to the model directory's config.json; --nbest (the translate_nbest
 signature's list length) defaults to the beam size. Prints the version path.
 With --format=ctranslate2 it writes the same weights in CTranslate2's format
 into OUT (unversioned) through CTranslate2's converter API (the optional
-`ctranslate2` package). BUILD.md, "Export and serving", describes both.
+`ctranslate2` package). export/serving/README.md describes both.
 """
 
 import os

@@ -195,7 +195,7 @@ class DecodeConfig:
     # Graph mode: a batch of at least parallel_searches * 8 sentences is searched
     # as this many sub-batches (interleaved by source length), independent loops
     # that the executor runs side by side: one search's step is a chain of small
-    # ops that leaves cores idle (BUILD.md, "Decoding"). 1: one search.
+    # ops that leaves cores idle (BUILD.md, performance decisions). 1: one search.
     parallel_searches: int = 2
 
     def __post_init__(self):

@@ -45,7 +45,7 @@ _ROWS: dict[str, tuple[dict, dict, float | None]] = {
 }
 
 # (model, train, data) changes. Both schedules are the best of the dev-split sweep at 25
-# minutes on 2 cores (BUILD.md, "CPU schedules"): the paper's 4000 warmup steps never end in
+# minutes on 2 cores (bench/results/quality.md, the schedule sweeps): the paper's 4000 warmup steps never end in
 # such a budget, and post-norm collapses at the peak learning rate they need.
 _CPU = {
     # Pre-norm, warmup 400 (peak 4.4e-3) and 2048 tokens per step: the sweep's best setting

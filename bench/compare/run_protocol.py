@@ -54,8 +54,7 @@ def parse_args():
                         default=os.path.join(REPO, "..", "shared", "corpora", "libreoffice-help.en-de"))
     parser.add_argument("--work_dir", default=os.path.join(REPO, "bench", "out", "compare"))
     parser.add_argument("--plot", default="",
-                        help="Where the learning curves go (default: WORK_DIR/learning_curves.png; "
-                             "the image in the repository is --plot=bench/compare_learning_curves.png).")
+                        help="Where the learning curves go (default: WORK_DIR/learning_curves.png).")
     parser.add_argument("--vocab_size", type=int, default=8000)
     parser.add_argument("--skip", default="", help="Comma list of: opennmt,ours,ctranslate2,decode (decode: training "
                              "and test BLEU only, no export or decoding benchmark). A system skipped "

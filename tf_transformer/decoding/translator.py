@@ -50,7 +50,7 @@ from tf_transformer.search.beam_search import BeamSearchResult
 from tf_transformer.search.state import SymbolsToLogitsFn
 
 # Sub-batches of fewer sentences cost more than the idle time they fill
-# (4 searches of 8 at batch 32 were slower than one of 32; BUILD.md, "Decoding").
+# (4 searches of 8 at batch 32 were slower than one of 32; BUILD.md, performance decisions).
 MIN_SENTENCES_PER_SEARCH = 8
 # The search's inputs once alpha and extra_length are resolved (no -1 defaults).
 _SEARCH_INPUTS = [signatures.IDS, tf.TensorSpec([], tf.float32), tf.TensorSpec([], tf.int32)]

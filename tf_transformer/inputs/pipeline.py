@@ -11,8 +11,8 @@ and its length is the longer of source and target_in. Pairs longer than
 others go to the bucket of the smallest boundary >= their length; boundaries
 grow geometrically by `bucket_step` from `min_bucket` to `max_length` and are
 rounded up to `bucket_multiple` (4: a multiple of 8 suits matmuls better but
-costs 5 points of padding efficiency on short segments, see BUILD.md, "Input
-pipeline"); `max_length` is always the last (with `static_batch`, the few
+costs 5 points of padding efficiency on short segments: BUILD.md, performance
+decisions); `max_length` is always the last (with `static_batch`, the few
 `static_boundaries` instead, and short batches filled with PAD rows: every
 training batch is one of len(boundaries) shapes). A bucket of boundary L emits
 batches of B = tokens_per_batch // L pairs, all three tensors padded with PAD_ID

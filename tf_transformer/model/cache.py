@@ -11,7 +11,7 @@ which makes it the plain reference the tests hold the others to.
 positions when full: a step writes its column into that buffer in place (no
 copy of the cache) and attends over at most CHUNK - 1 masked columns, so the
 attention products take one shape per chunk instead of one per step (oneDNN
-builds a kernel per shape: BUILD.md, "Decoding").
+builds a kernel per shape: BUILD.md, performance decisions).
 `FixedCache` scatters into a buffer of static length L and masks later
 positions: the shapes XLA needs; `padded(L')` moves it to a longer buffer
 between two loops (a short first buffer serves outputs that stop early).

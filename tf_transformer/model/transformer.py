@@ -151,7 +151,7 @@ class Transformer(keras.Model):
         `transpose_output` the output table is transposed here, once, for a
         plain GEMM per step (TensorFlow's kernels); without, each step's GEMM
         reads the table with transpose_b (XLA's dot is faster that way:
-        BUILD.md, "Decoding"). `positions` > 0 (an int or an int32 scalar, at
+        BUILD.md, performance decisions). `positions` > 0 (an int or an int32 scalar, at
         most max_positions): the position vectors of decoding steps
         0..positions-1 are made here, once, and a step reads its row (graph
         mode; 0: each step makes its own, which XLA fuses). `kernels` run the
