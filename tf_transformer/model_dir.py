@@ -9,7 +9,7 @@ MODEL_DIR/
                        then the small index replaced atomically, so a crash
                        during a write leaves the previous checkpoint the one
                        restored)
-  inputs/              each worker's input position at each checkpoint (training)
+  input/worker_<i>/    each worker's input position at each checkpoint (training)
   best/                copies of the best checkpoints by dev score, `best.json`
                        (every evaluation, the kept ones best first) and an index
                        whose latest entry is the best
