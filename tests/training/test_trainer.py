@@ -2,6 +2,7 @@
 
 import dataclasses
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -19,12 +20,23 @@ from trainer_fixtures import (
 
 from tf_transformer.config import Config, ConfigError
 from tf_transformer.model import build_model
-from tf_transformer.training import checkpoints, losses
+from tf_transformer.training import checkpoints, keras_optimizers, losses
 from tf_transformer.training.trainer import NonFiniteLossError, Trainer
 
 
-def _train(tmp_path, name, strategy, batches, steps, **train):
-    trainer = Trainer(train_config(**train), str(tmp_path / name), strategy)
+def _sgd():
+    """Plain SGD (learning rate 1), pre-reduced as the trainer requires.
+
+    The invariance tests train with it, not Adam: SGD's update is linear in the
+    gradient, so gradients summed over the replicas twice (Keras's all-reduce
+    not switched off) or not at all, or divided by the wrong token count, change
+    the weights; Adam's update hardly changes when every gradient is scaled alike."""
+    return keras_optimizers.pre_reduced(keras.optimizers.SGD)(learning_rate=1.0)
+
+
+def _train(tmp_path, name, strategy, batches, steps, optimizer_fn=None, **train):
+    trainer = Trainer(train_config(**train), str(tmp_path / name), strategy,
+                      optimizer_fn=optimizer_fn)
     losses = []
     trainer.train(dataset_of(batches), max_steps=steps,
                   log_fn=lambda line: losses.append(float(line.split("loss=")[1].split()[0])))
@@ -50,27 +62,45 @@ def test_output_layer_on_non_pad_positions_equals_the_full_masked_loss(tmp_path)
         np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-4, atol=1e-6)
 
 
+def _assert_same_training(a, b, losses_a, losses_b, initial):
+    """Same losses and weights (to float32 sums in another order), after weights that moved
+    far more than that tolerance (so equal weights are not the untrained ones)."""
+    np.testing.assert_allclose(losses_a, losses_b, atol=2e-5)
+    weights_a, weights_b = weights_but_key_biases(a), weights_but_key_biases(b)
+    for x, y in zip(weights_a, weights_b):
+        np.testing.assert_allclose(x, y, atol=2e-5)
+    assert max(np.abs(x - w).max() for x, w in zip(weights_a, initial)) > 1e-2
+
+
+def _initial_weights(tmp_path):
+    return weights_but_key_biases(Trainer(train_config(), str(tmp_path / "initial"),
+                                          tf.distribute.OneDeviceStrategy("/cpu:0")))
+
+
 def test_two_replicas_equal_one_replica_with_the_global_batch(tmp_path):
     mirrored = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
     assert mirrored.num_replicas_in_sync == 2
-    two, losses_two = _train(tmp_path, "two", mirrored, [b for pair in STEPS for b in pair], 3)
+    two, losses_two = _train(tmp_path, "two", mirrored, [b for pair in STEPS for b in pair], 3,
+                             optimizer_fn=_sgd)
     assert two.strategy.num_replicas_in_sync == 2
     one, losses_one = _train(tmp_path, "one", tf.distribute.OneDeviceStrategy("/cpu:0"),
-                             [concat_batches(*pair) for pair in STEPS], 3)
-    # Tolerance: float32 sums in a different order across devices.
-    np.testing.assert_allclose(losses_two, losses_one, atol=2e-5)
-    for a, b in zip(weights_but_key_biases(two), weights_but_key_biases(one)):
-        np.testing.assert_allclose(a, b, atol=2e-5)
+                             [concat_batches(*pair) for pair in STEPS], 3, optimizer_fn=_sgd)
+    _assert_same_training(two, one, losses_two, losses_one, _initial_weights(tmp_path))
 
 
 def test_accumulation_equals_a_batch_twice_as_large(tmp_path):
     device = tf.distribute.OneDeviceStrategy("/cpu:0")
     accum, losses_accum = _train(tmp_path, "accum", device, [b for pair in STEPS for b in pair],
-                                 3, accum_steps=2)
-    big, losses_big = _train(tmp_path, "big", device, [concat_batches(*pair) for pair in STEPS], 3)
-    np.testing.assert_allclose(losses_accum, losses_big, atol=2e-5)
-    for a, b in zip(weights_but_key_biases(accum), weights_but_key_biases(big)):
-        np.testing.assert_allclose(a, b, atol=2e-5)
+                                 3, optimizer_fn=_sgd, accum_steps=2)
+    big, losses_big = _train(tmp_path, "big", device, [concat_batches(*pair) for pair in STEPS],
+                             3, optimizer_fn=_sgd)
+    _assert_same_training(accum, big, losses_accum, losses_big, _initial_weights(tmp_path))
+
+
+def test_an_optimizer_that_all_reduces_again_is_refused(tmp_path):
+    with pytest.raises(TypeError, match="all-reduce the gradients again"):
+        Trainer(train_config(), str(tmp_path), tf.distribute.OneDeviceStrategy("/cpu:0"),
+                optimizer_fn=lambda: keras.optimizers.SGD(learning_rate=1.0))
 
 
 def test_resume_continues_the_same_loss_curve(tmp_path):
