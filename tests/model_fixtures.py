@@ -1,6 +1,6 @@
 """Tiny model directories for tests: config.json, vocab.model and a checkpoint.
 
-`make_model_dir` follows the model-directory contract of checkpoints.py, so
+`make_model_dir` follows the model-directory contract of model_dir.py, so
 everything that reads a model_dir (Translator.from_model_dir, the translate and
 evaluate binaries, export) can be tested against it in seconds. With
 `steps > 0` the model is trained that many steps on short pairs of the embedded

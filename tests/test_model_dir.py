@@ -10,6 +10,7 @@ import os
 import numpy as np
 import pytest
 import tensorflow as tf
+from model_dir_fixtures import assert_weights, mean_weights
 from model_fixtures import tiny_config
 
 from tf_transformer.config import Config, ConfigError
@@ -49,17 +50,6 @@ def model_dir(tmp_path_factory, config, vocab_proto):
     return path, weights
 
 
-def _assert_weights(model, expected):
-    assert len(model.weights) == len(expected)
-    for var, value in zip(model.weights, expected):
-        np.testing.assert_allclose(var.numpy(), value, rtol=1e-6, atol=1e-7, err_msg=var.path)
-
-
-def _mean(arrays_by_step, steps):
-    return [np.mean([arrays_by_step[s][i].astype(np.float64) for s in steps], axis=0)
-            for i in range(len(arrays_by_step[steps[0]]))]
-
-
 def test_resolve_a_path_a_directory_and_an_empty_directory(model_dir, tmp_path):
     path, _ = model_dir
     assert model_dir_lib.resolve(path) == os.path.join(path, "ckpt-40")
@@ -85,14 +75,14 @@ def test_load_model_restores_the_latest_checkpoint(model_dir, config):
     loaded = model_dir_lib.load_model(path)
     assert loaded.config == config
     assert loaded.paths == [os.path.join(path, "ckpt-40")]
-    _assert_weights(loaded.model, weights[40])
+    assert_weights(loaded.model, weights[40])
 
 
 def test_load_model_restores_an_explicit_checkpoint(model_dir):
     path, weights = model_dir
     loaded = model_dir_lib.load_model(path, checkpoint=os.path.join(path, "ckpt-20"))
     assert loaded.paths == [os.path.join(path, "ckpt-20")]
-    _assert_weights(loaded.model, weights[20])
+    assert_weights(loaded.model, weights[20])
 
 
 def test_load_model_reads_a_checkpoint_written_by_the_trainer(tiny_model_dir):
@@ -111,11 +101,11 @@ def test_average_last_is_the_arithmetic_mean(model_dir):
     path, weights = model_dir
     loaded = model_dir_lib.load_model(path, average_last=2)
     assert loaded.paths == [os.path.join(path, "ckpt-30"), os.path.join(path, "ckpt-40")]
-    _assert_weights(loaded.model, _mean(weights, (30, 40)))
+    assert_weights(loaded.model, mean_weights(weights, (30, 40)))
     loaded = model_dir_lib.load_model(path, average_last=KEPT)
-    _assert_weights(loaded.model, _mean(weights, (20, 30, 40)))
+    assert_weights(loaded.model, mean_weights(weights, (20, 30, 40)))
     loaded = model_dir_lib.load_model(path, average_last=1)
-    _assert_weights(loaded.model, weights[40])
+    assert_weights(loaded.model, weights[40])
 
 
 def test_average_last_refuses_a_checkpoint_and_too_few_checkpoints(model_dir):
@@ -138,7 +128,7 @@ def test_write_averaged_output_is_a_model_directory(model_dir, config, vocab_pro
         assert f.read() == vocab_proto
     loaded = model_dir_lib.load_model(output)
     assert loaded.paths == [written]
-    _assert_weights(loaded.model, _mean(weights, (30, 40)))
+    assert_weights(loaded.model, mean_weights(weights, (30, 40)))
 
 
 def test_prepare_model_dir_writes_config_and_vocabulary(tmp_path, config, vocab_proto):

@@ -5,12 +5,15 @@ settings: `translate_sentences` over the whole input at once, the path the
 translate binary took before it streamed.
 """
 
+import fcntl
 import os
-import queue
+import platform
 import re
+import select
+import struct
 import subprocess
 import sys
-import threading
+import termios
 import time
 
 import pytest
@@ -68,32 +71,90 @@ def test_file_output_in_chunks_equals_the_whole_file_at_once(tmp_path, tiny_mode
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def _read_lines(fd, count, timeout):
+    """Reads the raw pipe `fd` until it has given `count` lines, at most `timeout` s in
+    all; returns every byte read (a whole line more than asked for included)."""
+    data, deadline = b"", time.monotonic() + timeout
+    while data.count(b"\n") < count:
+        if not select.select([fd], [], [], max(0.0, deadline - time.monotonic()))[0]:
+            raise AssertionError(f"{count} lines not written in {timeout} s: {data!r}")
+        chunk = os.read(fd, 1 << 16)
+        assert chunk, f"output ended after {data!r}"
+        data += chunk
+    return data
+
+
+def _read_to_end(fd, timeout):
+    data, deadline = b"", time.monotonic() + timeout
+    while select.select([fd], [], [], max(0.0, deadline - time.monotonic()))[0]:
+        chunk = os.read(fd, 1 << 16)
+        if not chunk:
+            return data
+        data += chunk
+    raise AssertionError(f"output not closed in {timeout} s: {data!r}")
+
+
+_READ_SYSCALL = {"x86_64": 0, "aarch64": 63}  # Linux system call numbers of read(2)
+
+
+def _wait_until_reading_stdin(pid, timeout):
+    """Returns once the main thread of `pid` is blocked in read(0, ...): waiting for input.
+
+    Linux's /proc/PID/syscall holds the number and arguments of the system call a blocked
+    thread is in (the main thread's id is the process id)."""
+    if platform.system() != "Linux" or platform.machine() not in _READ_SYSCALL:
+        pytest.skip("reads /proc/PID/syscall: Linux on x86_64 or aarch64")
+    read, deadline = str(_READ_SYSCALL[platform.machine()]), time.monotonic() + timeout
+    while True:
+        with open(f"/proc/{pid}/syscall") as f:
+            fields = f.read().split()
+        if fields[:2] == [read, "0x0"]:
+            return
+        assert time.monotonic() < deadline, f"not reading stdin after {timeout} s: {fields}"
+        time.sleep(0.01)
+
+
+def _unread_bytes(pipe):
+    """Bytes written into `pipe` (our end) that the other end has not read yet."""
+    return struct.unpack("i", fcntl.ioctl(pipe.fileno(), termios.FIONREAD, b"\0" * 4))[0]
+
+
 @pytest.mark.slow
-def test_pipe_answers_a_full_chunk_before_stdin_closes(tiny_model_dir, translator):
-    process = subprocess.Popen(
-        _command("translate", f"--model_dir={tiny_model_dir}", "--chunk_size=2", *DECODE_FLAGS),
-        cwd=REPO_ROOT, env=_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE)
-    lines: queue.Queue = queue.Queue()
-    threading.Thread(target=lambda: [lines.put(line) for line in process.stdout],
-                     daemon=True).start()
+def test_pipe_answers_a_full_chunk_before_stdin_closes(tmp_path, tiny_model_dir, translator):
+    """--chunk_size=2 and three lines in one write: the first chunk is answered while
+    stdin is open, the third line only once stdin closes.
+
+    No clock decides it: once the binary has answered the first chunk and blocks reading
+    stdin again, it has taken all three lines (nothing is left unread in the pipe) and
+    the third's answer, had it been written, would be in its output pipe: it must be
+    empty. Then stdin closes and the third answer follows."""
+    stderr_path = tmp_path / "stderr.txt"
+    with open(stderr_path, "wb") as stderr:  # a file: a full stderr pipe cannot block it
+        process = subprocess.Popen(
+            _command("translate", f"--model_dir={tiny_model_dir}", "--chunk_size=2",
+                     *DECODE_FLAGS),
+            cwd=REPO_ROOT, env=_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=stderr)
+    out = process.stdout.fileno()  # read raw: nothing buffered out of select's sight
     try:
         process.stdin.write(("\n".join(LINES[:2]) + "\n" + LINES[2] + "\n").encode())
         process.stdin.flush()
-        first = [lines.get(timeout=300), lines.get(timeout=60)]  # the first chunk: 2 lines
-        time.sleep(1)
-        assert lines.empty() and process.poll() is None  # line 3 waits: chunk not full, stdin open
+        first = _read_lines(out, 2, timeout=300)
+        assert first.count(b"\n") == 2 and first.endswith(b"\n")  # the first chunk only
+        _wait_until_reading_stdin(process.pid, timeout=60)
+        assert _unread_bytes(process.stdin) == 0  # it has taken line 3...
+        assert not select.select([out], [], [], 0)[0]  # ...and not answered it
+        assert process.poll() is None  # chunk not full, stdin open: line 3 waits
         process.stdin.close()
+        rest = _read_to_end(out, timeout=120)
         process.wait(timeout=120)
     finally:
         process.kill()
-    rest = []
-    while not lines.empty():
-        rest.append(lines.get())
-    stderr = process.stderr.read().decode()
+    stderr = stderr_path.read_text(encoding="utf-8", errors="replace")
     assert process.returncode == 0, stderr[-3000:]
-    got = [line.decode().rstrip("\n") for line in first + rest]
-    assert got == _translations(translator, LINES[:3])
+    assert rest.count(b"\n") == 1  # line 3, after stdin closed
+    got = (first + rest).decode().split("\n")
+    assert got == _translations(translator, LINES[:3]) + [""]
     assert "sentences/s" not in stderr  # no progress lines for stdin by default
 
 

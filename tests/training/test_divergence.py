@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from model_fixtures import MAX_CHARS, TRAIN_TSV, tiny_config
-from test_trainer import read_scalars
+from trainer_fixtures import read_scalars
 
 from tf_transformer.inputs import corpus, pipeline
 from tf_transformer import model_dir as model_dir_lib

@@ -4,7 +4,7 @@ import dataclasses
 
 import numpy as np
 import tensorflow as tf
-from test_trainer import MODEL, STEPS, _batch, _dataset_fn, _weights
+from trainer_fixtures import MODEL, STEPS, dataset_of, random_batch, weights_but_key_biases
 
 from tf_transformer.config import Config, TrainConfig
 from tf_transformer.training.trainer import Trainer
@@ -21,7 +21,7 @@ def _trainer(tmp_path, name, strategy):
 def test_replicas_draw_different_masks(tmp_path):
     mirrored = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
     trainer = _trainer(tmp_path, "run", mirrored)
-    batch = {k: tf.constant(v) for k, v in _batch(1, 4, 6).items()}
+    batch = {k: tf.constant(v) for k, v in random_batch(1, 4, 6).items()}
 
     @tf.function
     def loss_per_replica():
@@ -39,8 +39,8 @@ def test_same_seed_same_weights_with_dropout_on_two_replicas(tmp_path):
     for name in ("a", "b"):
         mirrored = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
         trainer = _trainer(tmp_path, name, mirrored)
-        trainer.train(_dataset_fn([b for pair in STEPS for b in pair]), max_steps=3,
+        trainer.train(dataset_of([b for pair in STEPS for b in pair]), max_steps=3,
                       log_fn=lambda line: None)
-        runs.append(_weights(trainer))
+        runs.append(weights_but_key_biases(trainer))
     for a, b in zip(*runs):
         np.testing.assert_allclose(a, b, atol=1e-6)

@@ -2,19 +2,19 @@
 
 import numpy as np
 import tensorflow as tf
-from test_trainer import STEPS, _concat, _config, _dataset_fn, read_scalars
+from trainer_fixtures import STEPS, concat_batches, dataset_of, read_scalars, train_config
 
 from tf_transformer.training.trainer import Trainer
 
 
 def test_float16_overflow_skips_a_step_and_training_goes_on(tmp_path):
     mirrored = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
-    trainer = Trainer(_config(dtype="mixed_float16"), str(tmp_path), mirrored)
+    trainer = Trainer(train_config(dtype="mixed_float16"), str(tmp_path), mirrored)
     # Forced overflow: float16 gradients of a loss scaled by 2^40 are inf, so the
     # optimizer skips steps (halving the scale each time) until they are finite.
     trainer.optimizer.dynamic_scale.assign(2.0 ** 40)
     lines = []
-    result = trainer.train(_dataset_fn([b for pair in STEPS for b in pair]), max_steps=3,
+    result = trainer.train(dataset_of([b for pair in STEPS for b in pair]), max_steps=3,
                            log_fn=lines.append)
     assert result.step == 3 and result.skipped_steps >= 1
     first = lines[0].split()
@@ -30,9 +30,9 @@ def test_float16_overflow_skips_a_step_and_training_goes_on(tmp_path):
 
 def _losses(tmp_path, dtype, steps=20):
     lines = []
-    trainer = Trainer(_config(dtype=dtype, warmup_steps=5, learning_rate_scale=4.0),
+    trainer = Trainer(train_config(dtype=dtype, warmup_steps=5, learning_rate_scale=4.0),
                       str(tmp_path / dtype), tf.distribute.OneDeviceStrategy("/cpu:0"))
-    trainer.train(_dataset_fn([_concat(*pair) for pair in STEPS]), max_steps=steps,
+    trainer.train(dataset_of([concat_batches(*pair) for pair in STEPS]), max_steps=steps,
                   log_fn=lines.append)
     # bfloat16 keeps float32's exponent: no loss scaling, no skipped step.
     assert all("skipped_steps=0" in l and "loss_scale=" not in l for l in lines)

@@ -10,11 +10,9 @@ import signal
 
 import pytest
 import tensorflow as tf
-from test_train_binary import _wait_for_step, start_workers
-from test_train_binary import train_tsv as _train_tsv
+from train_binary_fixtures import start_workers, wait_for_step
 
 pytestmark = pytest.mark.slow
-train_tsv = _train_tsv  # the same fixture: 300 embedded pairs
 
 
 def _workers(tmp_path, train_tsv, vocab, *extra):
@@ -55,7 +53,7 @@ def test_time_budget_ends_both_workers_with_one_checkpoint(tmp_path, train_tsv):
 
 def test_sigterm_to_one_worker_stops_both_with_a_checkpoint(tmp_path, train_tsv, spm_model_path):
     model_dir, processes = _workers(tmp_path, train_tsv, spm_model_path)
-    _wait_for_step(processes[1], 2)
+    wait_for_step(processes[1], 2)
     processes[1].send_signal(signal.SIGTERM)  # the non-chief: the chief must still save
     step, done, _ = _finish(processes)
     assert all("stopped_by=signal" in d for d in done)

@@ -3,6 +3,7 @@
 import math
 import random
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -104,17 +105,76 @@ def test_loss_floor_is_entropy_of_smoothed_target():
     assert losses.loss_floor(10, 0.0) == 0.0
 
 
-@pytest.mark.parametrize("step", [0, 1, 999, 3999, 4000, 10000, 100000])
-def test_schedule_equals_formula(step):
-    lr = schedule.WarmupInverseSqrt(512, 4000)(step).numpy()
-    s = step + 1
-    assert math.isclose(lr, 512 ** -0.5 * min(s ** -0.5, s * 4000 ** -1.5), rel_tol=1e-6)
+def _paper_lrate(step_num, d_model, warmup_steps):
+    """Section 5.3, step_num counting updates from 1:
+    lrate = d_model^-0.5 * min(step_num^-0.5, step_num * warmup_steps^-1.5)."""
+    return d_model ** -0.5 * min(step_num ** -0.5, step_num * warmup_steps ** -1.5)
 
 
-def test_schedule_peaks_at_warmup():
-    sched = schedule.WarmupInverseSqrt(512, 4000)
-    values = [sched(s).numpy() for s in (3000, 3999, 5000)]
-    assert values[1] > values[0] and values[1] > values[2]
+def _rates_used(optimizer, updates):
+    """The learning rate `optimizer` uses at each of its first `updates` updates, measured.
+
+    A scalar gets the gradient 1 at every update, from 0 each time. With a constant
+    gradient g Adam's bias-corrected moments are exactly g and g^2, so the update moves
+    the scalar by lrate * g / (|g| + epsilon): the rate, to 1e-9 relative. Each rate is
+    also checked against `optimizer.learning_rate` read just before its update (the
+    rate the trainer logs for the next step)."""
+    variable = keras.Variable(0.0)
+    optimizer.build([variable])
+
+    @tf.function
+    def run():
+        used = tf.TensorArray(tf.float32, size=updates)
+        reported = tf.TensorArray(tf.float32, size=updates)
+        for i in tf.range(updates):
+            reported = reported.write(i, optimizer.learning_rate)
+            variable.assign(0.0)
+            optimizer.apply_gradients([(tf.constant(1.0), variable)])
+            used = used.write(i, -variable.value)
+        return used.stack(), reported.stack()
+
+    used, reported = (t.numpy().astype(np.float64) for t in run())
+    np.testing.assert_allclose(reported, used, rtol=1e-5)
+    return used
+
+
+@pytest.mark.parametrize("d_model, warmup_steps", [(512, 4000), (128, 40)])
+def test_the_optimizer_updates_at_the_papers_rate(d_model, warmup_steps):
+    """make_optimizer's Adam, updated 3 * warmup_steps times: the k-th update uses the
+    paper's lrate at step_num = k, from the first (non-zero) to past the peak."""
+    optimizer = schedule.make_optimizer(TrainConfig(warmup_steps=warmup_steps), d_model)
+    rates = _rates_used(optimizer, 3 * warmup_steps)
+    steps = np.arange(1, len(rates) + 1)
+    paper = np.array([_paper_lrate(k, d_model, warmup_steps) for k in steps])
+    np.testing.assert_allclose(rates, paper, rtol=1e-5)
+    # The first update: d_model^-0.5 * warmup_steps^-1.5.
+    assert rates[0] == pytest.approx(d_model ** -0.5 * warmup_steps ** -1.5, rel=1e-5)
+    # Linear up to warmup_steps, the peak d_model^-0.5 * warmup_steps^-0.5 there,
+    # then proportional to step_num^-0.5.
+    assert np.argmax(rates) + 1 == warmup_steps
+    assert rates[warmup_steps - 1] == pytest.approx((d_model * warmup_steps) ** -0.5, rel=1e-5)
+    rising, falling = slice(0, warmup_steps), slice(warmup_steps - 1, None)
+    np.testing.assert_allclose(rates[rising] / steps[rising], rates[0], rtol=1e-5)
+    np.testing.assert_allclose(rates[falling] * np.sqrt(steps[falling]),
+                               rates[warmup_steps - 1] * np.sqrt(warmup_steps), rtol=1e-5)
+
+
+@pytest.mark.parametrize("step_num", [1, 2, 1000, 4000, 4001, 10000, 100000])
+def test_the_rate_after_a_restore_is_the_papers(step_num):
+    """After step_num - 1 updates (a checkpoint restored there), the rate of the next
+    update is the paper's at step_num, far past what test_the_optimizer_updates_at_the_
+    papers_rate runs."""
+    optimizer = schedule.make_optimizer(TrainConfig(), 512)
+    optimizer.iterations.assign(step_num - 1)
+    assert float(optimizer.learning_rate) == pytest.approx(_paper_lrate(step_num, 512, 4000),
+                                                           rel=1e-6)
+
+
+def test_the_rate_scale_multiplies_every_update():
+    plain = _rates_used(schedule.make_optimizer(TrainConfig(warmup_steps=10), 64), 20)
+    scaled = _rates_used(
+        schedule.make_optimizer(TrainConfig(warmup_steps=10, learning_rate_scale=2.0), 64), 20)
+    np.testing.assert_allclose(scaled, 2 * plain, rtol=1e-6)
 
 
 def test_optimizer_is_the_papers_adam():

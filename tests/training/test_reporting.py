@@ -2,7 +2,7 @@
 
 import pytest
 import tensorflow as tf
-from test_trainer import STEPS, _concat, _config, _dataset_fn
+from trainer_fixtures import STEPS, concat_batches, dataset_of, train_config
 
 from tf_transformer.model import flops
 from tf_transformer.training import reporting
@@ -50,11 +50,11 @@ def test_known_peaks_by_device_name():
 
 
 def test_trainer_counts_the_model_flops_of_its_batches(tmp_path):
-    batches = [_concat(*pair) for pair in STEPS]
+    batches = [concat_batches(*pair) for pair in STEPS]
     lines = []
-    trainer = Trainer(_config(log_every=3), str(tmp_path), tf.distribute.OneDeviceStrategy("/cpu:0"),
-                      peak_tflops=1e-6)
-    trainer.train(_dataset_fn(batches), max_steps=3, log_fn=lines.append)
+    trainer = Trainer(train_config(log_every=3), str(tmp_path),
+                      tf.distribute.OneDeviceStrategy("/cpu:0"), peak_tflops=1e-6)
+    trainer.train(dataset_of(batches), max_steps=3, log_fn=lines.append)
     fields = _fields(lines[0])
     total = sum(flops.train_step_flops(trainer.config.model, b["source"].shape[0],
                                        b["source"].shape[1], b["target_in"].shape[1])

@@ -1,5 +1,5 @@
 """selection.py: best/ by dev score, its record across restarts, early stopping, and
-loading the best (or the mean of the best N) through model_dir.load_model.
+loading the best (or the mean of the best N) through model_dir_lib.load_model.
 
 The fixture saves five checkpoints of known random weights with a rolling
 manager that keeps only the newest, handing each to ModelSelection with a
@@ -15,9 +15,9 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
+from model_dir_fixtures import assert_weights, mean_weights
 from model_fixtures import REPO_ROOT, tiny_config
-from test_model_dir import _assert_weights, _mean
-from test_trainer import STEPS, _concat, _config, _dataset_fn, read_scalars
+from trainer_fixtures import STEPS, concat_batches, dataset_of, read_scalars, train_config
 
 from tf_transformer.model import build_model
 from tf_transformer import model_dir as model_dir_lib
@@ -96,10 +96,10 @@ def test_a_restarted_run_reads_the_record(run):
 
 def test_load_model_best_and_the_mean_of_the_best_n(run):
     path, weights, _, _ = run
-    _assert_weights(model_dir_lib.load_model(path, "best").model, weights[20])
+    assert_weights(model_dir_lib.load_model(path, "best").model, weights[20])
     loaded = model_dir_lib.load_model(path, "best", average_last=2)
     assert [os.path.basename(p) for p in loaded.paths] == ["ckpt-20", "ckpt-40"]
-    _assert_weights(loaded.model, _mean(weights, [20, 40]))
+    assert_weights(loaded.model, mean_weights(weights, [20, 40]))
     assert model_dir_lib.resolve("best", path) == os.path.join(path, "best", "ckpt-20")
     with pytest.raises(ValueError, match="fewer than 3"):
         model_dir_lib.load_model(path, "best", average_last=3)
@@ -132,7 +132,7 @@ def test_average_checkpoints_binary_averages_the_best(run, tmp_path):
     assert f"averaged best 2 checkpoints of {path}" in result.stdout
     averaged = model_dir_lib.load_model(output)
     assert averaged.paths[0].endswith("averaged-40")
-    _assert_weights(averaged.model, _mean(weights, [20, 40]))
+    assert_weights(averaged.model, mean_weights(weights, [20, 40]))
 
 
 class Scripted:
@@ -147,10 +147,10 @@ class Scripted:
 
 
 def _train(model_dir, scores, max_steps, lines, **train):
-    trainer = Trainer(_config(**train), model_dir, tf.distribute.OneDeviceStrategy("/cpu:0"))
+    trainer = Trainer(train_config(**train), model_dir, tf.distribute.OneDeviceStrategy("/cpu:0"))
     evaluate = Scripted(scores)
-    result = trainer.train(_dataset_fn([_concat(*pair) for pair in STEPS]), max_steps=max_steps,
-                           evaluate_fn=evaluate, log_fn=lines.append)
+    result = trainer.train(dataset_of([concat_batches(*pair) for pair in STEPS]),
+                           max_steps=max_steps, evaluate_fn=evaluate, log_fn=lines.append)
     return result, evaluate
 
 
@@ -174,14 +174,15 @@ def test_trainer_keeps_the_best_and_stops_early(tmp_path):
 
 def test_eval_every_checkpoints_the_evaluated_steps_and_resume_keeps_the_record(tmp_path):
     model_dir, lines = str(tmp_path / "run"), []
-    trainer = Trainer(_config(keep_best=1), model_dir, tf.distribute.OneDeviceStrategy("/cpu:0"))
-    data = _dataset_fn([_concat(*pair) for pair in STEPS])
+    trainer = Trainer(train_config(keep_best=1), model_dir,
+                      tf.distribute.OneDeviceStrategy("/cpu:0"))
+    data = dataset_of([concat_batches(*pair) for pair in STEPS])
     trainer.train(data, max_steps=4, evaluate_fn=Scripted([5.0, 1.0]), eval_every=2,
                   log_fn=lines.append)
     assert [os.path.basename(p) for p in model_dir_lib.checkpoint_paths(model_dir)] == [
         "ckpt-2", "ckpt-4"]  # step 2 was saved for its evaluation
     assert [e["checkpoint"] for e in model_dir_lib.read_record(model_dir)["best"]] == ["ckpt-2"]
-    resumed = Trainer(_config(keep_best=1, early_stop=2), model_dir,
+    resumed = Trainer(train_config(keep_best=1, early_stop=2), model_dir,
                       tf.distribute.OneDeviceStrategy("/cpu:0"))
     result = resumed.train(data, max_steps=100, evaluate_fn=Scripted([2.0, 3.0, 4.0]),
                            eval_every=2, log_fn=lines.append)

@@ -7,66 +7,27 @@ hundred embedded pairs with a 1+1-layer d_model 32 model.
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
 
 import pytest
 import tensorflow as tf
-from model_fixtures import EMBEDDED_CORPUS_DIR, REPO_ROOT
-from test_trainer import read_scalars
+from model_fixtures import REPO_ROOT
+from train_binary_fixtures import (
+    start_train,
+    start_workers,
+    train_command,
+    train_env,
+    wait_for_step,
+)
+from trainer_fixtures import read_scalars
 
 pytestmark = pytest.mark.slow
 
-MODEL_FLAGS = ["--preset=tiny", "--num_layers=1", "--d_model=32", "--d_ff=64", "--num_heads=2",
-               "--tokens_per_batch=512", "--max_length=64", "--warmup_steps=50",
-               "--checkpoint_minutes=100", "--log_every=1"]
-
-
-@pytest.fixture(scope="module")
-def train_tsv(tmp_path_factory):
-    path = tmp_path_factory.mktemp("data") / "train.tsv"
-    with open(os.path.join(EMBEDDED_CORPUS_DIR, "train.tsv"), encoding="utf-8") as f:
-        lines = [next(f) for _ in range(300)]
-    path.write_text("".join(lines), encoding="utf-8")
-    return str(path)
-
-
-def _command(train_tsv, spm_model_path, model_dir, *extra):
-    return [sys.executable, "-m", "tf_transformer.train", f"--train_data={train_tsv}",
-            f"--vocab={spm_model_path}", f"--model_dir={model_dir}", *MODEL_FLAGS, *extra]
-
-
-def _env(**extra):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1", **extra)
-    env.pop("TF_CONFIG", None)
-    return {**env, **extra}
-
 
 def _run(command, env=None, timeout=300):
-    return subprocess.run(command, cwd=REPO_ROOT, env=env or _env(), capture_output=True,
+    return subprocess.run(command, cwd=REPO_ROOT, env=env or train_env(), capture_output=True,
                           text=True, timeout=timeout)
-
-
-def _start(command, env=None):
-    return subprocess.Popen(command, cwd=REPO_ROOT, env=env or _env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
-
-
-def _wait_for_step(process, step, deadline=240, seen=None):
-    """Reads progress lines until `step=<n>` with n >= step; returns n. The lines read are
-    appended to `seen` when given."""
-    end = time.time() + deadline
-    for line in process.stdout:
-        if seen is not None:
-            seen.append(line)
-        if line.startswith("step="):
-            n = int(line.split()[0].split("=")[1])
-            if n >= step:
-                return n
-        assert time.time() < end, "no progress"
-    raise AssertionError(f"process ended (rc={process.wait()}) before step {step}")
 
 
 def test_kill_9_then_sigterm_checkpoint_then_resume_with_progress_lines(
@@ -76,9 +37,9 @@ def test_kill_9_then_sigterm_checkpoint_then_resume_with_progress_lines(
     the next run resumes from that checkpoint, and TensorBoard holds both resumed runs."""
     model_dir = str(tmp_path / "run")
     train_dir = os.path.join(model_dir, "train")
-    killed = _start(_command(train_tsv, spm_model_path, model_dir, "--max_steps=100000",
-                             "--checkpoint_steps=2"))
-    killed_after = _wait_for_step(killed, 5)
+    killed = start_train(train_command(train_tsv, spm_model_path, model_dir,
+                                       "--max_steps=100000", "--checkpoint_steps=2"))
+    killed_after = wait_for_step(killed, 5)
     killed.kill()
     killed.wait()
     restored = int(tf.train.latest_checkpoint(model_dir).rsplit("-", 1)[1])
@@ -86,9 +47,10 @@ def test_kill_9_then_sigterm_checkpoint_then_resume_with_progress_lines(
     # The killed run's event file may end in a half-written record: not read below.
     killed_events = set(os.listdir(train_dir)) if os.path.isdir(train_dir) else set()
 
-    process = _start(_command(train_tsv, spm_model_path, model_dir, "--max_steps=100000"))
+    process = start_train(train_command(train_tsv, spm_model_path, model_dir,
+                                        "--max_steps=100000"))
     seen = []
-    signalled_after = _wait_for_step(process, restored + 3, seen=seen)
+    signalled_after = wait_for_step(process, restored + 3, seen=seen)
     process.send_signal(signal.SIGTERM)
     output = process.communicate(timeout=120)[0]
     assert process.returncode == 0, output
@@ -98,7 +60,8 @@ def test_kill_9_then_sigterm_checkpoint_then_resume_with_progress_lines(
     stopped = int(tf.train.latest_checkpoint(model_dir).rsplit("-", 1)[1])
     assert stopped >= signalled_after
 
-    resumed = _run(_command(train_tsv, spm_model_path, model_dir, f"--max_steps={stopped + 2}"))
+    resumed = _run(train_command(train_tsv, spm_model_path, model_dir,
+                                 f"--max_steps={stopped + 2}"))
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     lines = [l for l in resumed.stdout.splitlines() if l.startswith("step=")]
     assert lines[0].startswith(f"step={stopped + 1} ")
@@ -117,10 +80,10 @@ def test_dev_bleu_best_dir_early_stop_translate_the_best_then_another_preset_is_
     """Dev evaluation at every checkpoint, best/, early stop and translate --checkpoint=best;
     then a run of another architecture in the same model_dir is refused."""
     model_dir = str(tmp_path / "run")
-    result = _run(_command(train_tsv, spm_model_path, model_dir, "--max_steps=100",
-                           f"--dev_data={train_tsv}", "--dev_bleu_sentences=3",
-                           "--checkpoint_steps=1", "--keep_best=2", "--early_stop=1",
-                           "--divergence_steps=50"))
+    result = _run(train_command(train_tsv, spm_model_path, model_dir, "--max_steps=100",
+                                f"--dev_data={train_tsv}", "--dev_bleu_sentences=3",
+                                "--checkpoint_steps=1", "--keep_best=2", "--early_stop=1",
+                                "--divergence_steps=50"))
     assert result.returncode == 0, result.stderr[-3000:]
     lines = result.stdout.splitlines()
     assert lines[0].startswith("unigram_loss=")
@@ -142,37 +105,14 @@ def test_dev_bleu_best_dir_early_stop_translate_the_best_then_another_preset_is_
     translated = subprocess.run(
         [sys.executable, "-m", "tf_transformer.translate", f"--model_dir={model_dir}",
          "--beam_size=1", "--extra_length=3", *average], input="Fonts\n", cwd=REPO_ROOT,
-        env=_env(), capture_output=True, text=True, timeout=300)
+        env=train_env(), capture_output=True, text=True, timeout=300)
     assert translated.returncode == 0, translated.stderr[-3000:]
     assert len(translated.stdout.splitlines()) == 1
     assert os.path.join(model_dir, "best", record["best"][0]["checkpoint"]) in translated.stderr
-    other = _run(_command(train_tsv, spm_model_path, model_dir, "--max_steps=2", "--d_model=64"))
+    other = _run(train_command(train_tsv, spm_model_path, model_dir, "--max_steps=2",
+                               "--d_model=64"))
     assert other.returncode != 0
     assert "different architecture" in other.stderr
-
-
-def _free_ports(n):
-    sockets = [socket.socket() for _ in range(n)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
-
-
-def start_workers(tmp_path, train_tsv, vocab, *extra):
-    """Two `--strategy=multi_worker` training processes on localhost: (model_dir, processes)."""
-    ports = _free_ports(2)
-    cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
-    model_dir = str(tmp_path / "run")
-    processes = []
-    for task in range(2):
-        env = _env(TF_CONFIG=json.dumps({"cluster": cluster,
-                                         "task": {"type": "worker", "index": task}}))
-        processes.append(_start(_command(train_tsv, vocab, model_dir, "--strategy=multi_worker",
-                                         *extra), env))
-    return model_dir, processes
 
 
 def test_multi_worker_workers_agree_and_early_stop_stops_both_at_the_same_step(
@@ -222,7 +162,7 @@ def test_recipe_flag_files_hold_the_papers_numbers():
     flagfiles = [os.path.join(REPO_ROOT, "tf_transformer", "recipes", recipe + ".flags")
                  for recipe in RECIPES]
     result = subprocess.run([sys.executable, "-c", script, *flagfiles], cwd=REPO_ROOT,
-                            capture_output=True, text=True, env=_env())
+                            capture_output=True, text=True, env=train_env())
     assert result.returncode == 0, result.stderr[-2000:]
     lines = [l for l in result.stdout.splitlines() if l.startswith("{")]
     assert len(lines) == len(RECIPES)
@@ -244,7 +184,8 @@ def test_recipe_flag_files_hold_the_papers_numbers():
 def test_static_shape_runs_train_through_the_binary(tmp_path, train_tsv, spm_model_path,
                                                     shape_flags):
     model_dir = str(tmp_path / "run")
-    result = _run(_command(train_tsv, spm_model_path, model_dir, "--max_steps=4", *shape_flags))
+    result = _run(train_command(train_tsv, spm_model_path, model_dir, "--max_steps=4",
+                                *shape_flags))
     assert result.returncode == 0, result.stderr[-3000:]
     losses = [float(l.split("loss=")[1].split()[0]) for l in result.stdout.splitlines()
               if l.startswith("step=")]

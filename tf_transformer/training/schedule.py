@@ -4,6 +4,7 @@ import keras
 import tensorflow as tf
 
 from tf_transformer.config import TrainConfig
+from tf_transformer.training import keras_optimizers
 
 
 @keras.saving.register_keras_serializable(package="tf_transformer")
@@ -28,20 +29,13 @@ class WarmupInverseSqrt(keras.optimizers.schedules.LearningRateSchedule):
         return {"d_model": self.d_model, "warmup_steps": self.warmup_steps, "scale": self.scale}
 
 
-class PreReducedAdam(keras.optimizers.Adam):
-    """Adam for gradients that the trainer has already all-reduced.
-
-    The trainer needs the summed gradient anyway (to divide by the global token
-    count and to log its norm), so the optimizer must not all-reduce it again.
-    """
-
-    def _all_reduce_sum_gradients(self, grads_and_vars):
-        return list(grads_and_vars)
-
-
 def make_optimizer(train: TrainConfig, d_model: int, pre_reduced: bool = False):
-    """Adam(beta1 0.9, beta2 0.98, eps 1e-9) on the warmup/inverse-sqrt schedule."""
-    adam = PreReducedAdam if pre_reduced else keras.optimizers.Adam
+    """Adam(beta1 0.9, beta2 0.98, eps 1e-9) on the warmup/inverse-sqrt schedule.
+
+    `pre_reduced`: for gradients the trainer has already all-reduced
+    (keras_optimizers.pre_reduced: Adam does not sum them over replicas again)."""
+    adam = keras_optimizers.pre_reduced(keras.optimizers.Adam) if pre_reduced else \
+        keras.optimizers.Adam
     return adam(
         learning_rate=WarmupInverseSqrt(d_model, train.warmup_steps, train.learning_rate_scale),
         beta_1=train.adam_beta_1, beta_2=train.adam_beta_2, epsilon=train.adam_epsilon)

@@ -11,7 +11,9 @@ with key = (step * accum_steps + micro-batch) * replicas + global replica id
 (trainer.py). The masks are then a function of (seed, layer, step,
 micro-batch, replica): distinct across replicas and workers, and restored by
 restoring the step, so no random state needs to be checkpointed. Outside a
-scope the generators behave as Keras's own.
+scope the generators behave as Keras's own. Finding the generators and
+redirecting their draws uses Keras's private API, through
+keras_seed_generators.py only.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ import functools
 
 import keras
 import tensorflow as tf
+
+from tf_transformer.training import keras_seed_generators
 
 _CALL_STRIDE = 7919
 
@@ -32,11 +36,11 @@ class ReplicaSeeds:
         self._key = None
         self._calls: dict[int, int] = {}
         self.generators = []
-        for layer in model._flatten_layers(include_self=True, recursive=True):
-            for generator in getattr(layer, "_seed_generators", []):
-                base = int(generator.state.numpy()[0])  # drawn from the seeded `random`
-                generator.next = functools.partial(self._next, generator, generator.next, base)
-                self.generators.append(generator)
+        for generator in keras_seed_generators.seed_generators(model):
+            base = int(generator.state.numpy()[0])  # drawn from the seeded `random`
+            keras_seed_generators.redirect_next(
+                generator, functools.partial(self._next, generator, base))
+            self.generators.append(generator)
 
     @contextlib.contextmanager
     def scope(self, key: tf.Tensor):
@@ -47,7 +51,7 @@ class ReplicaSeeds:
         finally:
             self._key = None
 
-    def _next(self, generator, original, base: int, ordered: bool = True):
+    def _next(self, generator, base: int, original, ordered: bool):
         if self._key is None:
             return original(ordered=ordered)
         call = self._calls[id(generator)] = self._calls.get(id(generator), -1) + 1

@@ -28,7 +28,7 @@ from absl import logging
 
 from tf_transformer.config import PAD_ID, Config
 from tf_transformer.model import build_model, flops
-from tf_transformer.training import compiled_step, distribution, losses
+from tf_transformer.training import compiled_step, distribution, keras_optimizers, losses
 from tf_transformer.training.divergence import DivergenceWatch
 from tf_transformer.training.evaluators import Evaluations, Evaluator
 from tf_transformer.training.input_state import InputCheckpoint
@@ -60,7 +60,11 @@ class Trainer:
     """Owns the model, optimizer, checkpoints and the distributed step function."""
 
     def __init__(self, config: Config, model_dir: str, strategy: tf.distribute.Strategy,
-                 keep_checkpoints: int | None = None, peak_tflops: float | None = None):
+                 keep_checkpoints: int | None = None, peak_tflops: float | None = None,
+                 optimizer_fn: Callable[[], keras.optimizers.Optimizer] | None = None):
+        """`optimizer_fn`, called in the strategy's scope, makes the optimizer: a
+        keras_optimizers.pre_reduced one, since the step all-reduces the gradients
+        itself. Default: the paper's Adam on its schedule (schedule.make_optimizer)."""
         self.config = config
         self.model_dir = model_dir
         self.strategy = strategy
@@ -80,7 +84,11 @@ class Trainer:
         np.random.seed(train.seed)
         with strategy.scope():
             self.model = build_model(config.model, dtype=dtype)
-            optimizer = make_optimizer(train, config.model.d_model, pre_reduced=True)
+            optimizer = (optimizer_fn() if optimizer_fn is not None else
+                         make_optimizer(train, config.model.d_model, pre_reduced=True))
+            if not keras_optimizers.is_pre_reduced(optimizer):
+                raise TypeError(f"{type(optimizer).__name__} would all-reduce the gradients "
+                                "again: make it with keras_optimizers.pre_reduced")
             if train.dtype == "mixed_float16":
                 optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
             self.optimizer = optimizer
