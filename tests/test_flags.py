@@ -18,7 +18,7 @@ import json, sys
 from absl import flags
 from tf_transformer import flags as f
 f.define_model_flags()
-f.define_decode_flags(nbest_help=None, batch_size=True)
+f.define_decode_flags(nbest_help=None, batch_size=True, dtype=False)
 out = []
 for argv in json.loads(sys.argv[1]):
     flags.FLAGS.unparse_flags()

@@ -180,6 +180,9 @@ class TrainConfig:
             raise ConfigError(f"unknown dtype {self.dtype!r}")
 
 
+DECODE_DTYPES = ("float32", "bfloat16")
+
+
 @dataclasses.dataclass(frozen=True)
 class DecodeConfig:
     """Section 6.1: beam 4, length penalty alpha 0.6, max length input + 50."""
@@ -197,10 +200,16 @@ class DecodeConfig:
     # that the executor runs side by side: one search's step is a chain of small
     # ops that leaves cores idle (BUILD.md, performance decisions). 1: one search.
     parallel_searches: int = 2
+    # Weights and matrix products of the Translator: float32, or bfloat16 (half the
+    # weights' bytes; products on the CPU's bfloat16 matrix units, AMX, through oneDNN).
+    # Scores, softmax statistics, layer norms and the search's arithmetic stay float32.
+    dtype: str = "float32"
 
     def __post_init__(self):
         if self.beam_size < 1:
             raise ConfigError("beam_size must be >= 1")
+        if self.dtype not in DECODE_DTYPES:
+            raise ConfigError(f"decode dtype must be one of {DECODE_DTYPES}, got {self.dtype!r}")
         if self.parallel_searches < 1:
             raise ConfigError("parallel_searches must be >= 1")
         if not 1 <= self.nbest <= self.beam_size:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from absl import app, flags
 
 from tf_transformer import presets
-from tf_transformer.config import Config, DecodeConfig, ModelConfig
+from tf_transformer.config import DECODE_DTYPES, Config, DecodeConfig, ModelConfig
 
 if TYPE_CHECKING:  # TensorFlow only once a binary runs (fast --help)
     from tf_transformer.decoding.translator import Translator
@@ -72,7 +72,7 @@ _DEFINE = {int: flags.DEFINE_integer, float: flags.DEFINE_float, str: flags.DEFI
 _DECODE_FLAGS = {  # flag -> DecodeConfig field; None defaults keep config.json's value
     "beam_size": "beam_size", "alpha": "alpha", "extra_length": "extra_length",
     "nbest": "nbest", "batch_size": "batch_size", "decode_jit_compile": "jit_compile",
-    "parallel_searches": "parallel_searches"}
+    "parallel_searches": "parallel_searches", "dtype": "dtype"}
 
 
 def define_model_dir_flags() -> None:
@@ -91,9 +91,11 @@ def define_restore_flags() -> None:
                          "--checkpoint=best the N best (0: do not).", lower_bound=0)
 
 
-def define_decode_flags(nbest_help: str | None, batch_size: bool = True) -> None:
+def define_decode_flags(nbest_help: str | None, batch_size: bool = True,
+                        dtype: bool = True) -> None:
     """Decoding settings (section 6.1), by default the model directory's config.json ones;
-    --nbest only with its binary's `nbest_help`, --batch_size only with `batch_size`."""
+    --nbest only with its binary's `nbest_help`, --batch_size only with `batch_size`,
+    --dtype (the Translator's) only with `dtype` (not beside the training --dtype)."""
     flags.DEFINE_integer("beam_size", None, "Beam size k (1: greedy); default: config.json's.")
     flags.DEFINE_float("alpha", None, "Length penalty exponent; default: config.json's.")
     flags.DEFINE_integer("extra_length", None,
@@ -107,6 +109,11 @@ def define_decode_flags(nbest_help: str | None, batch_size: bool = True) -> None
     flags.DEFINE_integer("parallel_searches", None,
                          "Graph mode: search a batch of at least 8 sentences per search as "
                          "this many sub-batches side by side; default: config.json's (2).")
+    if dtype:
+        flags.DEFINE_enum("dtype", None, list(DECODE_DTYPES),
+                          "Weights and matrix products of the search: float32, or bfloat16 "
+                          "(fast on CPUs with bfloat16 matrix units, AMX; scores stay float32); "
+                          "default: config.json's (float32).")
 
 
 def decode_overrides() -> dict:

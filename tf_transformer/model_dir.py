@@ -67,14 +67,15 @@ class LoadedModel(NamedTuple):
 
 
 def load_model(model_dir: str, checkpoint: str | None = None, average_last: int = 0,
-               build_model_fn: Callable | None = None) -> LoadedModel:
+               build_model_fn: Callable | None = None, dtype: str = "float32") -> LoadedModel:
     """The model of `model_dir`/config.json with restored weights.
 
     `checkpoint` (a path, a directory, or "best": model_dir/best/'s best) picks
     one checkpoint; `average_last=N` averages the last N of model_dir in memory
     (`average_into`), or with checkpoint="best" the N best; by default the
     latest checkpoint of model_dir. An averaged directory (`write_averaged`)
-    loads like any model directory.
+    loads like any model directory. `dtype="bfloat16"`: an inference model
+    whose weights are the restored ones rounded to bfloat16 (`cast_weights`).
     """
     if checkpoint and checkpoint != BEST and average_last:
         raise ValueError('give either a checkpoint or average_last (with "best" or none), '
@@ -87,11 +88,25 @@ def load_model(model_dir: str, checkpoint: str | None = None, average_last: int 
         paths = (best_checkpoints(model_dir, average_last)
                  if checkpoint == BEST else last_checkpoints(model_dir, average_last))
         average_into(model, paths)
-        return LoadedModel(config, model, paths)
-    path = resolve(checkpoint or model_dir, model_dir)
-    tf.train.Checkpoint(model=model).restore(path).expect_partial() \
-        .assert_existing_objects_matched()
-    return LoadedModel(config, model, [path])
+    else:
+        paths = [resolve(checkpoint or model_dir, model_dir)]
+        tf.train.Checkpoint(model=model).restore(paths[0]).expect_partial() \
+            .assert_existing_objects_matched()
+    if dtype != "float32":
+        model = cast_weights(model, build_model_fn(config.model, dtype=dtype))
+    return LoadedModel(config, model, paths)
+
+
+def cast_weights(model: tf.keras.Model, target: tf.keras.Model) -> tf.keras.Model:
+    """`target` (the same architecture, built under another dtype policy) with
+    `model`'s weights cast to its variables' dtypes; returns `target`."""
+    pairs = list(zip(model.weights, target.weights))
+    if len(model.weights) != len(target.weights) or any(
+            a.path != b.path or a.shape != b.shape for a, b in pairs):
+        raise ValueError("cast_weights needs two builds of the same architecture")
+    for source, variable in pairs:
+        variable.assign(tf.cast(source, variable.dtype))
+    return target
 
 
 def last_checkpoints(model_dir: str, num_last: int) -> list[str]:

@@ -5,8 +5,10 @@ up (as in test_translator.py), so hypotheses end at varied lengths; ckpt-1 and
 ckpt-2 differ only in that scale, for --checkpoint and --average_last.
 """
 
+import json
 import os
 import shutil
+import subprocess
 import sys
 
 import tensorflow as tf
@@ -79,3 +81,19 @@ def export_model(model_dir, export_dir, *args):
 
 def serve_bytes(loaded, texts):
     return loaded.signatures["serving_default"](text=tf.constant(texts))["translation"].numpy()
+
+
+def serving_env():
+    """A server's environment: oneDNN on, as the binaries' process defaults set it."""
+    return {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "TF_ENABLE_ONEDNN_OPTS": "1"}
+
+
+def clean_translate(exported, lines: bytes, cwd, *args):
+    """export/serving/translate_saved_model.py in a clean process (`python -I`):
+    (output lines, its status json)."""
+    run = subprocess.run(
+        [PYTHON, "-I", os.path.join(SERVING_DIR, "translate_saved_model.py"),
+         f"--saved_model={exported}", *args],
+        input=lines, capture_output=True, cwd=cwd, env=serving_env(), timeout=300)
+    assert run.returncode == 0, run.stderr.decode()[-3000:]
+    return run.stdout.decode().split("\n")[:-1], json.loads(run.stderr.decode().splitlines()[-1])

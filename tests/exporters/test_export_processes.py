@@ -12,9 +12,11 @@ from saved_model_fixtures import (
     PYTHON,
     SERVING_DIR,
     SIGNATURE_SPECS,
+    clean_translate,
     dev_sentences,
     export_model,
     serve_bytes,
+    serving_env,
 )
 
 from tf_transformer.exporters import saved_model
@@ -22,26 +24,11 @@ from tf_transformer.model import build_model
 from tf_transformer import model_dir as model_dir_lib
 
 
-# -- clean processes -----------------------------------------------------------------
-def _env():
-    # The translate binary turns oneDNN on (tf_transformer/__init__.py); so does the server here.
-    return {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "TF_ENABLE_ONEDNN_OPTS": "1"}
-
-
-def _clean_translate(exported, lines: bytes, cwd, *args):
-    run = subprocess.run(
-        [PYTHON, "-I", os.path.join(SERVING_DIR, "translate_saved_model.py"),
-         f"--saved_model={exported}", *args],
-        input=lines, capture_output=True, cwd=cwd, env=_env(), timeout=300)
-    assert run.returncode == 0, run.stderr.decode()[-3000:]
-    return run.stdout.decode().split("\n")[:-1], json.loads(run.stderr.decode().splitlines()[-1])
-
-
 @pytest.mark.slow
 def test_clean_process_output_equals_the_translate_binary(exported, model_dir, tmp_path):
     lines = dev_sentences(40, start=100) + ["", "   "] + dev_sentences(10, start=500)
     data = ("\n".join(lines) + "\n").encode()
-    got, status = _clean_translate(exported, data, str(tmp_path), "--ops=libraries",
+    got, status = clean_translate(exported, data, str(tmp_path), "--ops=libraries",
                                    "--refuse=all", "--batch_size=16")
     # Nothing of keras / keras_hub / keras_nlp / this repository was imported or importable.
     assert status["loaded_modules"] == [] and status["lines"] == len(lines)
@@ -55,7 +42,7 @@ def test_clean_process_output_equals_the_translate_binary(exported, model_dir, t
     binary = subprocess.run(
         [PYTHON, "-m", "tf_transformer.translate", f"--model_dir={averaged}",
          f"--input={source}", *DECODE_FLAGS],
-        capture_output=True, cwd=REPO_ROOT, env=_env(), timeout=300)
+        capture_output=True, cwd=REPO_ROOT, env=serving_env(), timeout=300)
     assert binary.returncode == 0, binary.stderr.decode()[-3000:]
     expected = binary.stdout.decode().split("\n")[:-1]
     assert len(expected) == len(lines) and got == expected
@@ -65,7 +52,7 @@ def test_clean_process_output_equals_the_translate_binary(exported, model_dir, t
 @pytest.mark.slow
 def test_clean_process_with_tensorflow_text_imported(exported, loaded, tmp_path):
     texts = dev_sentences(4)
-    got, status = _clean_translate(exported, ("\n".join(texts) + "\n").encode(), str(tmp_path),
+    got, status = clean_translate(exported, ("\n".join(texts) + "\n").encode(), str(tmp_path),
                                    "--ops=tensorflow_text",
                                    "--refuse=keras_hub,keras_nlp,tf_transformer")
     assert got == [t.decode() for t in serve_bytes(loaded, texts)]
@@ -82,7 +69,7 @@ def test_jit_compiled_export_translates_as_the_default_one(model_dir, loaded, tm
         decode = json.load(f)["decode"]
     assert decode["jit_compile"] and decode["length_bucket"] == 16
     texts = dev_sentences(20, start=40) + [""]
-    got, _ = _clean_translate(compiled, ("\n".join(texts) + "\n").encode(), str(tmp_path),
+    got, _ = clean_translate(compiled, ("\n".join(texts) + "\n").encode(), str(tmp_path),
                               "--ops=libraries", "--batch_size=8")
     assert got == [t.decode() for t in serve_bytes(loaded, texts)]
 
@@ -91,7 +78,7 @@ def test_jit_compiled_export_translates_as_the_default_one(model_dir, loaded, tm
 def test_saved_model_cli_show_and_run(exported, loaded):
     cli = os.path.join(os.path.dirname(PYTHON), "saved_model_cli")
     show = subprocess.run([cli, "show", "--dir", exported, "--all"], capture_output=True,
-                          env=_env(), timeout=300)
+                          env=serving_env(), timeout=300)
     assert show.returncode == 0, show.stderr.decode()[-2000:]
     text = show.stdout.decode()
     for name in SIGNATURE_SPECS:
@@ -100,14 +87,14 @@ def test_saved_model_cli_show_and_run(exported, loaded):
     assert "'SentencepieceOp'" in text
     run_args = ["run", "--dir", exported, "--tag_set", "serve", "--signature_def",
                 "serving_default", "--input_exprs", 'text=["Replacement table","Fonts"]']
-    plain = subprocess.run([cli, *run_args], capture_output=True, env=_env(), timeout=300)
+    plain = subprocess.run([cli, *run_args], capture_output=True, env=serving_env(), timeout=300)
     # The stock CLI does not import tensorflow_text, so the ops are unknown to it.
     assert plain.returncode != 0
     assert "Op type not registered 'SentencepieceOp'" in plain.stderr.decode()
     wrapped = subprocess.run(
         [PYTHON, "-c", "import sys, tensorflow_text; from tensorflow.python.tools import "
          "saved_model_cli; sys.argv[0] = 'saved_model_cli'; sys.exit(saved_model_cli.main())",
-         *run_args], capture_output=True, env=_env(), timeout=300)
+         *run_args], capture_output=True, env=serving_env(), timeout=300)
     assert wrapped.returncode == 0, wrapped.stderr.decode()[-2000:]
     expected = serve_bytes(loaded, ["Replacement table", "Fonts"])
     assert "Result for output key translation:" in wrapped.stdout.decode()

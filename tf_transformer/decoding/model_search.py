@@ -4,7 +4,8 @@ one Translator shares.
 `ModelSearch` turns a batch of source ids into a `BeamSearch` (search/) over
 `decode_step`: the beam, each sentence's length limit (its source tokens, EOS
 included, + extra_length, capped at the model's max_positions), and the kernel
-policies of encoding and of a step (model/kernels.py). The Translator runs it in
+policies of encoding and of a step (model/kernels.py: `for_inference` of the
+model's compute dtype). The Translator runs it in
 graph mode (`run`); compiled_search.py runs it under XLA with static shapes.
 """
 
@@ -30,7 +31,7 @@ class ModelSearch:
       max_source_length: source tokens accepted, EOS included.
       max_target_length: output tokens at most, EOS included (max_positions).
       decode_step: the search's symbols_to_logits_fn; default the model's
-        decode_step on the STEP kernels (tools wrap it to count steps).
+        decode_step on its step kernels (tools wrap it to count steps).
     """
 
     model: Transformer
@@ -39,9 +40,13 @@ class ModelSearch:
     max_target_length: int
     decode_step: SymbolsToLogitsFn | None = None
 
+    @property
+    def kernels(self) -> kernels.InferenceKernels:
+        return kernels.for_inference(self.model.compute_dtype)
+
     def step_fn(self) -> SymbolsToLogitsFn:
         return self.decode_step or functools.partial(self.model.decode_step,
-                                                     kernels=kernels.STEP)
+                                                     kernels=self.kernels.step)
 
     def max_lengths(self, source_ids, extra_length) -> tf.Tensor:
         """int32 [batch]: each source's token count + extra_length, capped (module docstring)."""
@@ -59,9 +64,11 @@ class ModelSearch:
     def run(self, source_ids, alpha, extra_length, nbest: int) -> BeamSearchResult:
         """One graph-mode search over the whole batch: the cache grows by chunks,
         finished sentences leave the working rows. The encoder and the memory's
-        projections run on the ENCODING kernels (a new source width each batch)."""
+        projections run on the encoding kernels (float32: Eigen's, for a new
+        source width each batch)."""
         search = self.beam_search(source_ids, alpha, extra_length, nbest)
-        memory = self.model.encode(source_ids, training=False, kernels=kernels.ENCODING)
+        encoding = self.kernels.encoding
+        memory = self.model.encode(source_ids, training=False, kernels=encoding)
         cache = self.model.initial_cache(memory, source_ids, positions=search.max_decode_length,
-                                         kernels=kernels.ENCODING)
+                                         kernels=encoding)
         return search.finish(search.advance(search.start(cache)))

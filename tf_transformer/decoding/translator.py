@@ -21,6 +21,11 @@ Target side: at most `source_length + extra_length` tokens, EOS included
 and `extra_length` may be overridden per call: a negative value, the default,
 means the configured one. A beam of 1 is greedy decoding on the same path.
 
+`decode_config.dtype` is the model's (Translator.from_model_dir builds it so):
+bfloat16 weights and products (model/kernels.py: on oneDNN, the CPU's matrix
+units), while scores, the softmax statistics and the search's arithmetic stay
+float32 and tokenization is unchanged.
+
 In graph mode the decoding cache grows by chunks of positions, and a large
 batch is searched as `parallel_searches` sub-batches side by side. With
 `decode_config.jit_compile` the search runs as one XLA computation on padded,
@@ -40,7 +45,7 @@ import tensorflow as tf
 from absl import logging
 
 from tf_transformer import model_dir as model_dir_lib
-from tf_transformer.config import EOS_ID, PAD_ID, DecodeConfig
+from tf_transformer.config import EOS_ID, PAD_ID, Config, DecodeConfig
 from tf_transformer.decoding import signatures
 from tf_transformer.decoding.compiled_search import LENGTH_BUCKET, CompiledSearch  # noqa: F401
 from tf_transformer.decoding.model_search import ModelSearch
@@ -85,6 +90,7 @@ class Translator(tf.Module):
         self.max_target_length = int(model.max_positions)
         self.jit_compile = bool(decode_config.jit_compile)
         self.parallel_searches = int(decode_config.parallel_searches)
+        self.dtype = str(model.compute_dtype)  # of the weights' products (DecodeConfig.dtype)
         self.model_search = ModelSearch(model, self.beam_size, self.max_source_length,
                                         self.max_target_length, decode_step)
         self._compiled = CompiledSearch(self.model_search)
@@ -104,10 +110,12 @@ class Translator(tf.Module):
         `decode_config` defaults to the one in config.json; the checkpoints the
         weights come from are kept in `checkpoint_paths`.
         """
-        config, model, paths = model_dir_lib.load_model(model_dir, checkpoint, average_last)
+        decode_config = decode_config or Config.load(model_dir).decode
+        config, model, paths = model_dir_lib.load_model(model_dir, checkpoint, average_last,
+                                                        dtype=decode_config.dtype)
         logging.info("restored %s", ", ".join(paths))
         tokenizer = Tokenizer(os.path.join(model_dir, model_dir_lib.VOCAB_FILE))
-        translator = cls(model, tokenizer, decode_config or config.decode, config.data.max_length)
+        translator = cls(model, tokenizer, decode_config, config.data.max_length)
         translator.checkpoint_paths = tuple(paths)
         return translator
 

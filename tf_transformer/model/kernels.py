@@ -16,6 +16,10 @@ explicitly (no module state):
   STEP      a decoding step's products (one position, shapes that change every
             step as the cache grows and sentences leave) on Eigen, and its
             softmax as exp(log_softmax) (LogSoftmax has no oneDNN kernel either).
+  BFLOAT16_STEP  a bfloat16 model's step: its products on oneDNN, the only
+            kernels that run bfloat16 on the CPU's matrix units.
+
+`for_inference(dtype)` gives a Translator its encoding and step policies.
 
 Under XLA every choice compiles to the same dot. The private TensorFlow ops
 the decoding cache writes with live here too, behind adapters that
@@ -67,6 +71,26 @@ class Kernels:
 TRAINING = Kernels()
 ENCODING = Kernels(projection=eigen_matmul)
 STEP = Kernels(projection=eigen_matmul, attention=eigen_matmul, softmax=exp_log_softmax)
+# bfloat16 inference: Eigen's bfloat16 products run without the CPU's matrix units
+# (BatchMatMulV3 in bfloat16 is several times slower than oneDNN's, which uses AMX),
+# so every product goes to oneDNN, whatever its shape.
+BFLOAT16_STEP = Kernels(softmax=exp_log_softmax)
+
+
+@dataclasses.dataclass(frozen=True)
+class InferenceKernels:
+    """The policies of an inference graph: its encoder (with the memory's
+    projections) and a decoding step."""
+
+    encoding: Kernels
+    step: Kernels
+
+
+def for_inference(dtype) -> InferenceKernels:
+    """The kernels a Translator's model of compute dtype `dtype` runs on."""
+    if tf.as_dtype(dtype) == tf.bfloat16:
+        return InferenceKernels(encoding=TRAINING, step=BFLOAT16_STEP)
+    return InferenceKernels(encoding=ENCODING, step=STEP)
 
 
 # -- adapters of TensorFlow ops outside its public API ------------------------

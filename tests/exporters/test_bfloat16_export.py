@@ -1,0 +1,103 @@
+"""--dtype=bfloat16: the Translator and its SavedModel hold bfloat16 weights and run
+their products in bfloat16, while scores, the search's arithmetic and tokenization stay
+as they are; a clean process serves the export with tensorflow and tensorflow_text only."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from saved_model_fixtures import (
+    DECODE,
+    DECODE_FLAGS,
+    clean_translate,
+    dev_sentences,
+    export_model,
+    serve_bytes,
+)
+
+from tf_transformer.decoding.translator import Translator, translate_sentences
+from tf_transformer.exporters import saved_model
+
+BF16 = DECODE.with_overrides({"dtype": "bfloat16"})
+
+
+@pytest.fixture(scope="module")
+def bf16_translator(model_dir):
+    return Translator.from_model_dir(model_dir, decode_config=BF16, average_last=2)
+
+
+@pytest.fixture(scope="module")
+def bf16_exported(model_dir, tmp_path_factory):
+    return export_model(model_dir, str(tmp_path_factory.mktemp("exports") / "bf16"),
+                        *DECODE_FLAGS, "--average_last=2", "--dtype=bfloat16",
+                        "--warmup_sentences=")
+
+
+def test_weights_are_the_float32_ones_rounded_to_bfloat16(bf16_translator, translator):
+    assert {str(v.dtype) for v in bf16_translator.model.weights} == {"bfloat16"}
+    assert bf16_translator.model.compute_dtype == "bfloat16"
+    for ours, full in zip(bf16_translator.model.weights, translator.model.weights):
+        assert ours.path == full.path
+        np.testing.assert_array_equal(ours.numpy(), tf.cast(full, tf.bfloat16).numpy())
+
+
+def test_scores_are_float32_and_outputs_follow_the_float32_search(bf16_translator, translator):
+    texts = dev_sentences(40, start=60)
+    ours = translate_sentences(bf16_translator, texts, batch_size=8, nbest=True)
+    full = translate_sentences(translator, texts, batch_size=8, nbest=True)
+    out = bf16_translator.translate(tf.constant(texts[:2]))
+    assert out["score"].dtype == tf.float32 and out["length"].dtype == tf.int32
+    same = [a.texts[0] == b.texts[0] for a, b in zip(ours, full)]
+    assert sum(same) >= 0.75 * len(texts), sum(same)
+    for a, b, equal in zip(ours, full, same):
+        if equal:  # the same hypothesis, scored through bfloat16 products
+            assert abs(a.scores[0] - b.scores[0]) <= 0.02 * abs(b.scores[0]) + 0.05
+
+
+def test_a_step_runs_every_product_on_onednn(bf16_translator):
+    """Eigen's bfloat16 products do not use the CPU's matrix units: a bfloat16 step's
+    products are MatMul and BatchMatMulV2 (oneDNN's), none BatchMatMulV3."""
+    model, search = bf16_translator.model, bf16_translator.model_search
+    source = tf.constant([[5, 6, 7, 3]])
+    cache = model.initial_cache(model.encode(source), source)
+    step = tf.function(lambda ids, s: search.step_fn()(ids, s, cache)[0])
+    graph = step.get_concrete_function(tf.TensorSpec([1, 4], tf.int32),
+                                       tf.TensorSpec([], tf.int32)).graph
+    types = {op.type for op in graph.get_operations()}
+    assert {"MatMul", "BatchMatMulV2"} <= types and "BatchMatMulV3" not in types
+
+
+@pytest.mark.slow
+def test_export_holds_bfloat16_variables_and_serves_in_a_clean_process(
+        bf16_exported, bf16_translator, exported, tmp_path):
+    reader = tf.train.load_checkpoint(os.path.join(bf16_exported, "variables", "variables"))
+    dtypes = {name: dtype for name, dtype in reader.get_variable_to_dtype_map().items()
+              if not name.startswith("_CHECKPOINTABLE_OBJECT_GRAPH")}
+    assert dtypes and set(dtypes.values()) == {tf.bfloat16}
+
+    def variables_bytes(path):
+        folder = os.path.join(path, "variables")
+        return sum(os.path.getsize(os.path.join(folder, f)) for f in os.listdir(folder))
+
+    assert variables_bytes(bf16_exported) < 0.6 * variables_bytes(exported)
+    with open(os.path.join(bf16_exported, "assets", saved_model.METADATA_FILE)) as f:
+        assert json.load(f)["decode"]["dtype"] == "bfloat16"
+    texts = dev_sentences(20, start=300) + [""]
+    got, status = clean_translate(bf16_exported, ("\n".join(texts) + "\n").encode(),
+                                  str(tmp_path), "--ops=libraries", "--refuse=all",
+                                  "--batch_size=8")
+    assert status["loaded_modules"] == []
+    expected = [t.texts[0] for t in translate_sentences(bf16_translator, texts, batch_size=8)]
+    assert got == expected
+
+
+@pytest.mark.slow
+def test_jit_compiled_bfloat16_export_translates(model_dir, bf16_exported, tmp_path):
+    compiled = export_model(model_dir, str(tmp_path / "xla"), *DECODE_FLAGS, "--average_last=2",
+                            "--dtype=bfloat16", "--decode_jit_compile", "--warmup_sentences=")
+    texts = dev_sentences(16, start=40)
+    got = serve_bytes(tf.saved_model.load(compiled), texts)
+    want = serve_bytes(tf.saved_model.load(bf16_exported), texts)
+    assert sum(a == b for a, b in zip(got, want)) >= 0.75 * len(texts)
