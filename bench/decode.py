@@ -77,6 +77,8 @@ PROFILE_BATCHES = flags.DEFINE_integer(
     "profile_batches", 8, "--profile with --sources: this many batches, evenly spread over "
     "the sorted file.")
 REAL_BEAMS = flags.DEFINE_list("real_beams", ["4", "1"], "Beam sizes of part `real`.")
+DTYPE = flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"],
+                          "DecodeConfig.dtype: the Translator's weights and products.")
 INTRA_OP = flags.DEFINE_integer(
     "intra_op_threads", 0, "TensorFlow's intra-op threads (0: its default); 1 is the "
     "serving setting of decode_peer.py --threads=1.")
@@ -110,13 +112,14 @@ class _CountedTranslator(Translator):
 def _translator(beam_size: int) -> tuple[Translator, _CountedTranslator]:
     """A translator to time and its counted twin on the same model."""
     decode = DecodeConfig(beam_size=beam_size, extra_length=EXTRA.value, jit_compile=JIT.value,
-                          parallel_searches=PARALLEL.value)
+                          parallel_searches=PARALLEL.value, dtype=DTYPE.value)
     if MODEL_DIR.value:
         translator = Translator.from_model_dir(MODEL_DIR.value, decode_config=decode)
     else:  # ids only: no tokenizer needed
         random.seed(1)  # Keras draws its default seeds from Python's random
         config = presets.get_preset(PRESET.value)
-        translator = Translator(build_model(config.model), None, decode, config.data.max_length)
+        model = build_model(config.model, dtype=None if DTYPE.value == "float32" else DTYPE.value)
+        translator = Translator(model, None, decode, config.data.max_length)
     counted = _CountedTranslator(translator.model, translator.tokenizer, decode,
                                  translator.max_source_length)
     return translator, counted
@@ -267,7 +270,8 @@ def main(argv):
         _profile(*_translator(4), batch=BATCH.value)
         return
     weights = MODEL_DIR.value or f"random:{PRESET.value}"
-    print(f"decode weights={weights} jit_compile={JIT.value} cpus={os.cpu_count()} "
+    print(f"decode weights={weights} dtype={DTYPE.value} jit_compile={JIT.value} "
+          f"cpus={os.cpu_count()} "
           f"extra_length={EXTRA.value} repeats={REPEATS.value}")
     translators = {k: _translator(k) for k in (4, 1)}
     for beam in (4, 1) if "throughput" in PARTS.value else ():
