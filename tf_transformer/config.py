@@ -137,6 +137,11 @@ class DataConfig:
             raise ConfigError("bucket_multiple and min_bucket must be positive")
 
 
+DECODE_DTYPES = ("float32", "bfloat16")
+# "auto": resolved by training/precision.py before the config is written (never stored).
+TRAIN_DTYPES = ("float32", "mixed_bfloat16", "mixed_float16", "auto")
+
+
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
     """Section 5.3-5.4: Adam, warmup then inverse square root, label smoothing."""
@@ -176,11 +181,8 @@ class TrainConfig:
                 raise ConfigError(f"{name} must be >= 0 (0: off), got {getattr(self, name)}")
         if self.divergence_steps < 0 or self.divergence_steps == 1:
             raise ConfigError("divergence_steps must be 0 (off) or >= 2")
-        if self.dtype not in ("float32", "mixed_bfloat16", "mixed_float16"):
+        if self.dtype not in TRAIN_DTYPES:
             raise ConfigError(f"unknown dtype {self.dtype!r}")
-
-
-DECODE_DTYPES = ("float32", "bfloat16")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -50,7 +50,9 @@ _TRAIN_OVERRIDES = {
     "learning_rate_scale": (float, "Multiplies the paper's learning-rate schedule."),
     "max_steps": (int, "Stop after this many optimizer steps (global)."),
     "accum_steps": (int, "Batches per replica accumulated into one optimizer step."),
-    "dtype": (str, "float32, mixed_bfloat16 or mixed_float16 (with loss scaling)."),
+    "dtype": (str, "float32, mixed_bfloat16, mixed_float16 (with loss scaling), or auto: "
+                   "mixed_bfloat16 on a GPU or a CPU with bfloat16 matrix units (amx_bf16), "
+                   "else float32."),
     "jit_compile": (bool, "Compile the forward and backward pass with XLA."),
     "compile_step": (bool, "Compile the whole step (with Adam) with XLA, once per batch shape; "
                            "one replica. Pair with --static_batch."),

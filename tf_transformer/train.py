@@ -53,9 +53,11 @@ def main(argv):
     del argv
     process_defaults.apply()  # before TensorFlow's import
 
-    from tf_transformer.inputs import corpus, packing, pipeline, streamed
+    import tensorflow as tf
+
     from tf_transformer import model_dir as model_dir_lib
-    from tf_transformer.training import distribution, divergence, selection
+    from tf_transformer.inputs import corpus, packing, pipeline, streamed
+    from tf_transformer.training import distribution, divergence, precision, selection
     from tf_transformer.training.evaluators import dev_loss_fn
     from tf_transformer.training.trainer import NonFiniteLossError, Trainer
 
@@ -68,6 +70,12 @@ def main(argv):
     train_corpus = streamed.open_corpus(FLAGS.train_data)
     tok = shared_vocabulary(train_corpus, distribution.is_chief(strategy))
     config = flags_lib.with_vocab_size(flags_lib.config_from_flags(), tok.vocab_size)
+    units, gpus = precision.cpu_matrix_units(), len(tf.config.list_logical_devices("GPU"))
+    config = precision.resolve(config, units, gpus)
+    logging.info("training dtype %s; CPU matrix units: %s", config.train.dtype,
+                 ",".join(units) or "none known")
+    for warning in precision.warnings(config.train.dtype, units, gpus):
+        logging.warning("%s", warning)
     if distribution.is_chief(strategy):
         model_dir_lib.prepare_model_dir(FLAGS.model_dir, config, tok.model_proto)
     logging.info("config:\n%s", config.to_json())

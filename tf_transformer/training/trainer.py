@@ -75,6 +75,8 @@ class Trainer:
         self.worker_index = (resolver.task_id or 0) if self.num_workers > 1 else 0
         self.peak_tflops = peak_tflops or default_peak_tflops()
         train = config.train
+        if train.dtype == "auto":
+            raise ValueError("resolve --dtype=auto first (training/precision.py)")
         dtype = None if train.dtype == "float32" else train.dtype
         # The same initial weights and dropout seeds for the same seed. Keras draws
         # its default seeds from Python's `random`; tf.random.set_seed is avoided on
