@@ -11,10 +11,13 @@ and the sweep read them; OpenNMT-tf's schedule setting is in settings.py.
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
 
+from bench.compare import precisions
+from bench.compare.report import probe_line
 from bench.compare.train_logs import parse_opennmt_train, parse_ours_train
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -61,10 +64,15 @@ def _pinned_to(cpus):
     return (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
 
 
-def train_opennmt(args, work, d, name="opennmt", schedule=None, cpus=None):
+def train_opennmt(args, work, d, name="opennmt", schedule=None, cpus=None, precision="float32",
+                  minutes=None):
     """OpenNMT-tf's run of the protocol; `schedule` (settings.opennmt_schedule) changes its
-    learning-rate schedule and norm position, as the dev-split sweep does."""
+    learning-rate schedule and norm position, as the dev-split sweep does. `precision`
+    "mixed" trains with `--mixed_precision` (mixed_float16), which OpenNMT-tf enables only
+    on an NVIDIA GPU: opennmt_train.py forces it on the CPU (OPENNMT_FORCE_MIXED_PRECISION).
+    `minutes` (default args.minutes) is the budget."""
     schedule = schedule or {}
+    minutes = args.minutes if minutes is None else minutes
     model_dir = os.path.join(work, name)
     run_yml = os.path.join(work, f"{name}_run.yml")
     params = {}
@@ -73,7 +81,7 @@ def train_opennmt(args, work, d, name="opennmt", schedule=None, cpus=None):
     if "warmup_steps" in schedule:
         params["decay_params"] = {"model_dim": 256, "warmup_steps": schedule["warmup_steps"]}
     with open(run_yml, "w") as f:
-        json.dump({"model_dir": model_dir, "train": {"save_summary_steps": _log_every(args)},
+        json.dump({"model_dir": model_dir, "train": {"save_summary_steps": _log_every(minutes)},
                    **({"params": params} if params else {}),
                    "data": {
             "train_features_file": os.path.join(d["data"], "train.en.sp"),
@@ -84,15 +92,57 @@ def train_opennmt(args, work, d, name="opennmt", schedule=None, cpus=None):
     base = ["--model", os.path.join(HERE, "opennmt_model.py"),
             "--config", os.path.join(HERE, "opennmt_small_cpu.yml"), run_yml]
     env = {"OPENNMT_PRE_NORM": "1" if schedule.get("pre_norm") else "0"}
+    mixed = precision == "mixed"
+    # Training only: inference and export (base_args, env) stay float32.
     lines, rss, _ = run_logged([os.path.join(ONMT_VENV, "python"), os.path.join(HERE, "opennmt_train.py"),
-                                str(args.minutes), "--log_level", "INFO"] + base + ["train"],
-                               os.path.join(work, f"{name}_train.log"), env=env, cpus=cpus)
+                                str(minutes), "--log_level", "INFO"] + base
+                               + (["--mixed_precision"] if mixed else []) + ["train"],
+                               os.path.join(work, f"{name}_train.log"),
+                               env={**env, **({"OPENNMT_FORCE_MIXED_PRECISION": "1"} if mixed else {})},
+                               cpus=cpus)
     for _, line in lines:  # stop the protocol here, not after the other training
         if line.startswith(OPENNMT_PATCH_ERROR):
             raise SystemExit(line)
     return {"base_args": base, "env": env, "model_dir": model_dir, "peak_rss_mb": rss,
             "schedule": schedule, "train_log": os.path.join(work, f"{name}_train.log"),
+            "precision": precision, "mixed_float16": mixed and mixed_precision_enabled(lines),
             **parse_opennmt_train(lines), "counts": "source pieces (no EOS) + target pieces + EOS"}
+
+
+def mixed_precision_enabled(lines) -> bool:
+    """Whether an OpenNMT-tf training log shows mixed_float16 on: opennmt_train.py's
+    `mixed_precision=forced` line and no "Mixed precision not enabled" warning."""
+    text = "\n".join(line for _, line in lines)
+    return "mixed_precision=forced" in text and "Mixed precision not enabled" not in text
+
+
+def probe_opennmt(args, work, d, schedule=None, cpus=None) -> dict:
+    """{precision: its probe's figures}: OpenNMT-tf trained --opennmt_probe_minutes in each
+    of OPENNMT_PRECISIONS from scratch (each probe's model directory is removed before
+    and after; its log stays, opennmt_probe_PRECISION_train.log)."""
+    probes = {}
+    for precision in precisions.OPENNMT_PRECISIONS:
+        name = f"opennmt_probe_{precision}"
+        shutil.rmtree(os.path.join(work, name), ignore_errors=True)  # no resuming
+        r = train_opennmt(args, work, d, name=name, schedule=schedule, cpus=cpus,
+                          precision=precision, minutes=args.opennmt_probe_minutes)
+        shutil.rmtree(r["model_dir"], ignore_errors=True)
+        probes[precision] = {k: r[k] for k in ("tokens_per_sec", "last_step", "peak_rss_mb",
+                                               "mixed_float16", "train_log")}
+        probes[precision]["minutes"] = args.opennmt_probe_minutes
+        print(probe_line(precision, probes[precision]), flush=True)
+    return probes
+
+
+def train_opennmt_fastest(args, work, d, schedule=None, cpus=None, probe=None) -> dict:
+    """OpenNMT-tf's timed training in its faster precision (precisions.opennmt_precision:
+    --opennmt_precision, else the faster of `probe`); the probe's figures are kept."""
+    probe = probe or {}
+    precision, chosen_by = precisions.opennmt_precision(
+        getattr(args, "opennmt_precision", "float32"),
+        {p: r.get("tokens_per_sec") for p, r in probe.items()})
+    r = train_opennmt(args, work, d, schedule=schedule, cpus=cpus, precision=precision)
+    return dict(r, precision_chosen_by=chosen_by, **({"precision_probe": probe} if probe else {}))
 
 
 def recipe_model(vocab_size):
@@ -109,23 +159,37 @@ def recipe_model(vocab_size):
                                          if k in sizes and k != "vocab_size"})
 
 
-def train_ours(args, work, d, cpus=None):
-    model_dir = os.path.join(work, "ours")
+def train_ours(args, work, d, cpus=None, dtype="float32", name="ours"):
+    """Our training in `dtype` (the trainer's --dtype) into WORK/OURS_MODEL_DIRS[dtype], its
+    log WORK/NAME_train.log; the dtype reported is config.json's (--ours_flags may set it)."""
+    model_dir = os.path.join(work, precisions.OURS_MODEL_DIRS[dtype])
     lines, rss, _ = run_logged(
         [sys.executable, "-m", "tf_transformer.train",
          f"--flagfile={RECIPE}", f"--max_minutes={args.minutes}",
-         f"--model_dir={model_dir}", f"--vocab={d['vocab']}", f"--log_every={_log_every(args)}",
+         f"--model_dir={model_dir}", f"--vocab={d['vocab']}", f"--log_every={_log_every(args.minutes)}",
          f"--train_data={os.path.join(args.corpus_dir, 'train.tsv')}",
-         "--dev_data=", "--keep_checkpoints=100"] + args.ours_flags.split(),
-        os.path.join(work, "ours_train.log"), cpus=cpus)
+         "--dev_data=", "--keep_checkpoints=100", f"--dtype={dtype}"] + args.ours_flags.split(),
+        os.path.join(work, f"{name}_train.log"), cpus=cpus)
     with open(os.path.join(model_dir, "config.json")) as f:
         config = json.load(f)
     return {"model_dir": model_dir, "peak_rss_mb": rss, **parse_ours_train(lines),
+            "dtype": config["train"]["dtype"],
             "schedule": {"warmup_steps": config["train"]["warmup_steps"],
                          "learning_rate_scale": config["train"]["learning_rate_scale"],
                          "pre_norm": config["model"]["pre_norm"]},
-            "train_log": os.path.join(work, "ours_train.log"),
+            "train_log": os.path.join(work, f"{name}_train.log"),
             "counts": "source pieces + EOS + target pieces + EOS"}
+
+
+def system_of(key: str) -> str:
+    """A results key's system: "ours" for every one of our trainings (ours, ours_float32,
+    ...), else the key itself."""
+    return "ours" if key == "ours" or key.startswith("ours_") else key
+
+
+def training_keys(results) -> list:
+    """The keys of `results` that hold a training: opennmt, ours and our other dtypes."""
+    return [k for k in results if system_of(k) in ("opennmt", "ours")]
 
 
 def earlier_trainings(training_json, skip) -> dict:
@@ -133,7 +197,8 @@ def earlier_trainings(training_json, skip) -> dict:
     if not os.path.exists(training_json):
         return {}
     with open(training_json) as f:
-        return {k: v for k, v in json.load(f).items() if k in ("opennmt", "ours") and k in skip}
+        earlier = json.load(f)
+    return {k: earlier[k] for k in training_keys(earlier) if system_of(k) in skip}
 
 
 def core_assignment(concurrent) -> dict:
@@ -155,30 +220,40 @@ def one_core_matmul_peak() -> float:
     return float(out.stdout.split()[-1])
 
 
-def train_both(args, work, d, schedule) -> dict:
-    """Both trainings, one after the other on every core or (--concurrent) at once on
-    a core each; {system: its training results} for the systems not skipped."""
+def train_both(args, work, d, schedule, ours=(("ours", "float32"),)) -> dict:
+    """Both systems' trainings, one after the other on every core or (--concurrent) at
+    once on a core each; {results key: its training results} for the systems not
+    skipped. OpenNMT-tf's precision probe (--opennmt_probe_minutes, with
+    --opennmt_precision=auto) runs first, alone, on OpenNMT-tf's cores; `ours` lists
+    our trainings [(key, dtype)] (precisions.ours_trainings), run one after the other
+    (with --concurrent all on our core, while OpenNMT-tf trains on the other)."""
     import concurrent.futures
 
     skip, cores = args.skip.split(","), core_assignment(args.concurrent)
+    probe = {}
+    if ("opennmt" not in skip and getattr(args, "opennmt_precision", "float32") == "auto"
+            and getattr(args, "opennmt_probe_minutes", 0) > 0):
+        probe = probe_opennmt(args, work, d, schedule=schedule, cpus=cores["opennmt"])
     jobs = {}
     if "opennmt" not in skip:
-        jobs["opennmt"] = lambda: train_opennmt(args, work, d, schedule=schedule, cpus=cores["opennmt"])
+        jobs["opennmt"] = lambda: {"opennmt": train_opennmt_fastest(
+            args, work, d, schedule=schedule, cpus=cores["opennmt"], probe=probe)}
     if "ours" not in skip:
-        jobs["ours"] = lambda: train_ours(args, work, d, cpus=cores["ours"])
+        jobs["ours"] = lambda: {key: train_ours(args, work, d, cpus=cores["ours"], dtype=dtype, name=key)
+                                for key, dtype in ours}
     # One worker runs the jobs in order; two run them at once.
     with concurrent.futures.ThreadPoolExecutor(2 if args.concurrent else 1) as pool:
         futures = {name: pool.submit(job) for name, job in jobs.items()}
-        return {name: dict(f.result(), **({"cores": sorted(cores[name])} if cores[name] else {}))
-                for name, f in futures.items()}
+        return {key: dict(r, **({"cores": sorted(cores[name])} if cores[name] else {}))
+                for name, f in futures.items() for key, r in f.result().items()}
 
 
 def cpu_model() -> str:
     """The CPU's model name: a system trained in an earlier run is only compared on the same."""
-    with open("/proc/cpuinfo") as f:
-        return next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
+    return precisions.read_cpuinfo()["model"]
 
 
-def _log_every(args) -> int:
-    """Steps between throughput/loss lines (the learning curves' points): 25, 10 for smoke runs."""
-    return 25 if args.minutes >= 10 else 10
+def _log_every(minutes) -> int:
+    """Steps between throughput/loss lines (the learning curves' points): 25, 10 for smoke
+    runs and probes."""
+    return 25 if minutes >= 10 else 10
