@@ -89,8 +89,8 @@ def _figures():
                     "tokens_per_step": 3500.0, "peak_rss_mb": 1000.0,
                     "precision_probe": {
                         "float32": {"tokens_per_sec": 2100.0, "last_step": 60, "minutes": 2.0},
-                        "mixed": {"tokens_per_sec": None, "last_step": 5, "minutes": 2.0,
-                                  "mixed_float16": True}}},
+                        "mixed": {"tokens_per_sec": None, "last_step": 0, "minutes": 2.0,
+                                  "mixed_float16": True, "stopped_by_timeout": True}}},
         "decode": {"ours_savedmodel": decoded(20.0, 50.0, 30.0),
                    "ours_savedmodel_1thread": decoded(25.0, 60.0, 30.0),
                    "ours_savedmodel_bf16": decoded(40.0, 30.0, 29.8),
@@ -106,8 +106,8 @@ def test_the_report_prints_the_precision_rows(capsys):
     assert out[0] == 'cpu model="Xeon" matrix_units=amx_bf16,amx_int8,avx512_bf16'
     for expected in [
         "opennmt_probe float32: tokens_per_sec=2100 steps=60 minutes=2.0",
-        "opennmt_probe mixed: tokens_per_sec=None steps=5 minutes=2.0 mixed_float16=on "
-        "(no throughput line: it failed, or logged no window of steps)",
+        "opennmt_probe mixed: tokens_per_sec=None steps=0 minutes=2.0 mixed_float16=on "
+        "(no throughput line: stopped at its timeout, counted as the slower)",
         "opennmt_precision: float32 (chosen by probe)",
         "train_dtype: ours=mixed_bfloat16 ours_float32=float32 opennmt=float32",
         # The existing lines keep their names; the float32 run has its own.
@@ -159,12 +159,15 @@ def test_train_both_probes_opennmt_and_trains_each_of_our_dtypes(tmp_path, monke
     calls = []
 
     def train_opennmt(args, work, d, name="opennmt", schedule=None, cpus=None, precision="float32",
-                      minutes=None):
+                      minutes=None, log_every=None, timeout=None):
         calls.append(("opennmt", name, precision, minutes))
+        if minutes:  # a probe: short windows, stopped if it runs far past its budget
+            assert log_every == trainings.PROBE_LOG_EVERY
+            assert timeout == 60 * minutes + trainings.PROBE_GRACE_SECONDS
         os.makedirs(os.path.join(work, name), exist_ok=True)
         speed = {"float32": 3000.0, "mixed": 400.0}[precision]
         return {"model_dir": os.path.join(work, name), "tokens_per_sec": speed, "last_step": 50,
-                "peak_rss_mb": 1.0, "mixed_float16": precision == "mixed",
+                "peak_rss_mb": 1.0, "mixed_float16": precision == "mixed", "stopped_by_timeout": False,
                 "train_log": name + ".log", "precision": precision}
 
     def train_ours(args, work, d, cpus=None, dtype="float32", name="ours"):
@@ -196,7 +199,7 @@ def test_train_both_probes_opennmt_and_trains_each_of_our_dtypes(tmp_path, monke
 def test_the_precisions_reach_each_trainer(tmp_path, monkeypatch):
     commands = []
 
-    def run_logged(command, log_path, env=None, cpus=None):
+    def run_logged(command, log_path, env=None, cpus=None, timeout=None):
         commands.append((command, env, os.path.basename(log_path)))
         if "tf_transformer.train" in command:
             model_dir = next(c.split("=", 1)[1] for c in command if c.startswith("--model_dir="))
@@ -249,3 +252,19 @@ def test_opennmt_train_forces_mixed_precision_on_the_cpu(monkeypatch, capsys):
     module._force_mixed_precision()
     assert misc.enable_mixed_precision() is True and calls == [True]  # as OpenNMT-tf's runner calls it
     assert capsys.readouterr().out.startswith("mixed_precision=forced")
+
+
+def test_run_logged_stops_a_process_at_its_timeout(tmp_path):
+    import sys
+    import time
+
+    start = time.time()
+    lines, _, rc = trainings.run_logged(
+        [sys.executable, "-c", "import time; print('started', flush=True); time.sleep(60)"],
+        str(tmp_path / "slow.log"), timeout=1.0)
+    assert time.time() - start < 30 and rc != 0
+    assert lines[0][1] == "started" and lines[-1][1].startswith(trainings.TIMEOUT_LINE)
+    assert (tmp_path / "slow.log").read_text().rstrip().endswith(lines[-1][1])
+    lines, _, rc = trainings.run_logged([sys.executable, "-c", "print('quick')"],
+                                        str(tmp_path / "quick.log"), timeout=30.0)
+    assert rc == 0 and not any(line.startswith(trainings.TIMEOUT_LINE) for _, line in lines)

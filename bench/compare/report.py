@@ -68,7 +68,9 @@ def probe_line(precision, probe) -> str:
     active = "" if precision != "mixed" else f" mixed_float16={'on' if probe.get('mixed_float16') else 'off'}"
     return (f"opennmt_probe {precision}: tokens_per_sec={f'{tokens:.0f}' if tokens else None} "
             f"steps={probe.get('last_step')} minutes={probe.get('minutes')}{active}"
-            + ("" if tokens else " (no throughput line: it failed, or logged no window of steps)"))
+            + ("" if tokens else " (no throughput line: stopped at its timeout, counted as the slower)"
+               if probe.get("stopped_by_timeout") else
+               " (no throughput line: it failed, or logged no window of steps)"))
 
 
 def report_precisions(results):

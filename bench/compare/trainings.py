@@ -12,8 +12,10 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
 
 from bench.compare import precisions
@@ -30,13 +32,24 @@ CT2_VENV = os.path.join(HERE, ".venvs", "ctranslate2", "bin")
 OPENNMT_PATCH_ERROR = "opennmt_train.py: cannot bound OpenNMT-tf's training by minutes"
 # Our side's flags: the model (3+3 layers, as opennmt_model.py), vocabulary, batch.
 RECIPE = os.path.join(REPO, "tf_transformer", "recipes", "small_cpu.flags")
+# Steps between the throughput lines of OpenNMT-tf's precision probes (a few minutes).
+PROBE_LOG_EVERY = 5
+# A probe still running this long after its budget is stopped and counted as the slower:
+# its budget includes the set-up and first step, and the final checkpoint takes seconds.
+# (On the AMX Xeon, mixed_float16 had not finished its first step after five minutes:
+# bench/compare/README.md, "Precisions".)
+PROBE_GRACE_SECONDS = 120
+# run_logged's line when it stops a process at its timeout.
+TIMEOUT_LINE = "run_logged: stopped at its timeout of"
 
 
-def run_logged(command, log_path, cwd=REPO, env=None, cpus=None):
+def run_logged(command, log_path, cwd=REPO, env=None, cpus=None, timeout=None):
     """Runs `command` under /usr/bin/time -v; returns (timestamped lines, peak RSS MB, rc).
 
     Each line of stdout+stderr is kept with the seconds since the start. `cpus` (a set of
     core numbers) pins the process there; TensorFlow sizes its thread pools to it.
+    `timeout` (seconds): the process, in a session of its own, and its children are
+    sent SIGTERM then, and a line starting TIMEOUT_LINE is added.
     """
     time_bin = "/usr/bin/time"
     full = ([time_bin, "-v"] if os.path.exists(time_bin) else []) + command
@@ -44,19 +57,38 @@ def run_logged(command, log_path, cwd=REPO, env=None, cpus=None):
     start = time.time()
     process = subprocess.Popen(full, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                text=True, errors="replace", env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
-                               preexec_fn=_pinned_to(cpus))
+                               preexec_fn=_pinned_to(cpus), start_new_session=timeout is not None)
+    timer = threading.Timer(timeout, _stop_group, [process]) if timeout is not None else None
+    if timer:
+        timer.start()
     lines = []
     with open(log_path, "w", buffering=1) as log:  # line-buffered: progress visible
         for line in process.stdout:
             elapsed = time.time() - start
             lines.append((elapsed, line.rstrip("\n")))
             log.write(f"{elapsed:9.1f} {line}")
-    rc = process.wait()
+        rc = process.wait()
+        if timer:
+            timer.cancel()
+            if rc and getattr(process, "stopped_by_timeout", False):
+                note = f"{TIMEOUT_LINE} {timeout:.0f} s"
+                lines.append((time.time() - start, note))
+                log.write(f"{lines[-1][0]:9.1f} {note}\n")
+                print("  " + note, flush=True)
     rss = [int(m.group(1)) for _, l in lines
            for m in [re.search(r"Maximum resident set size \(kbytes\): (\d+)", l)] if m]
     if rc:
         print(f"  exit status {rc}; see {log_path}", flush=True)
     return lines, (rss[-1] / 1024 if rss else None), rc
+
+
+def _stop_group(process):
+    """SIGTERM to a process started in a session of its own and to its children."""
+    process.stopped_by_timeout = True
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+    except ProcessLookupError:  # it ended meanwhile
+        pass
 
 
 def _pinned_to(cpus):
@@ -65,14 +97,16 @@ def _pinned_to(cpus):
 
 
 def train_opennmt(args, work, d, name="opennmt", schedule=None, cpus=None, precision="float32",
-                  minutes=None):
+                  minutes=None, log_every=None, timeout=None):
     """OpenNMT-tf's run of the protocol; `schedule` (settings.opennmt_schedule) changes its
     learning-rate schedule and norm position, as the dev-split sweep does. `precision`
     "mixed" trains with `--mixed_precision` (mixed_float16), which OpenNMT-tf enables only
     on an NVIDIA GPU: opennmt_train.py forces it on the CPU (OPENNMT_FORCE_MIXED_PRECISION).
-    `minutes` (default args.minutes) is the budget."""
+    `minutes` (default args.minutes) is the budget, `log_every` (default _log_every) the
+    steps between throughput lines, `timeout` (seconds) stops the process (run_logged)."""
     schedule = schedule or {}
     minutes = args.minutes if minutes is None else minutes
+    log_every = log_every or _log_every(minutes)
     model_dir = os.path.join(work, name)
     run_yml = os.path.join(work, f"{name}_run.yml")
     params = {}
@@ -81,7 +115,7 @@ def train_opennmt(args, work, d, name="opennmt", schedule=None, cpus=None, preci
     if "warmup_steps" in schedule:
         params["decay_params"] = {"model_dim": 256, "warmup_steps": schedule["warmup_steps"]}
     with open(run_yml, "w") as f:
-        json.dump({"model_dir": model_dir, "train": {"save_summary_steps": _log_every(minutes)},
+        json.dump({"model_dir": model_dir, "train": {"save_summary_steps": log_every},
                    **({"params": params} if params else {}),
                    "data": {
             "train_features_file": os.path.join(d["data"], "train.en.sp"),
@@ -99,13 +133,14 @@ def train_opennmt(args, work, d, name="opennmt", schedule=None, cpus=None, preci
                                + (["--mixed_precision"] if mixed else []) + ["train"],
                                os.path.join(work, f"{name}_train.log"),
                                env={**env, **({"OPENNMT_FORCE_MIXED_PRECISION": "1"} if mixed else {})},
-                               cpus=cpus)
+                               cpus=cpus, timeout=timeout)
     for _, line in lines:  # stop the protocol here, not after the other training
         if line.startswith(OPENNMT_PATCH_ERROR):
             raise SystemExit(line)
     return {"base_args": base, "env": env, "model_dir": model_dir, "peak_rss_mb": rss,
             "schedule": schedule, "train_log": os.path.join(work, f"{name}_train.log"),
             "precision": precision, "mixed_float16": mixed and mixed_precision_enabled(lines),
+            "stopped_by_timeout": any(line.startswith(TIMEOUT_LINE) for _, line in lines),
             **parse_opennmt_train(lines), "counts": "source pieces (no EOS) + target pieces + EOS"}
 
 
@@ -119,16 +154,20 @@ def mixed_precision_enabled(lines) -> bool:
 def probe_opennmt(args, work, d, schedule=None, cpus=None) -> dict:
     """{precision: its probe's figures}: OpenNMT-tf trained --opennmt_probe_minutes in each
     of OPENNMT_PRECISIONS from scratch (each probe's model directory is removed before
-    and after; its log stays, opennmt_probe_PRECISION_train.log)."""
+    and after; its log stays, opennmt_probe_PRECISION_train.log). Throughput lines every
+    PROBE_LOG_EVERY steps: the budget includes the set-up and the first step's tracing
+    (some 25 s), whose window the median leaves out."""
     probes = {}
     for precision in precisions.OPENNMT_PRECISIONS:
         name = f"opennmt_probe_{precision}"
         shutil.rmtree(os.path.join(work, name), ignore_errors=True)  # no resuming
         r = train_opennmt(args, work, d, name=name, schedule=schedule, cpus=cpus,
-                          precision=precision, minutes=args.opennmt_probe_minutes)
+                          precision=precision, minutes=args.opennmt_probe_minutes,
+                          log_every=PROBE_LOG_EVERY,
+                          timeout=60 * args.opennmt_probe_minutes + PROBE_GRACE_SECONDS)
         shutil.rmtree(r["model_dir"], ignore_errors=True)
         probes[precision] = {k: r[k] for k in ("tokens_per_sec", "last_step", "peak_rss_mb",
-                                               "mixed_float16", "train_log")}
+                                               "mixed_float16", "stopped_by_timeout", "train_log")}
         probes[precision]["minutes"] = args.opennmt_probe_minutes
         print(probe_line(precision, probes[precision]), flush=True)
     return probes
