@@ -63,7 +63,7 @@ def test_the_faster_peer_setting_is_chosen():
     assert precisions.fastest({"float32": None}) is None
     assert precisions.opennmt_precision("auto", {"float32": 3000.0, "mixed": 450.0}) == ("float32", "probe")
     assert precisions.opennmt_precision("mixed", {"float32": 3000.0}) == ("mixed", "flag")
-    assert precisions.opennmt_precision("auto", {}) == ("float32", "default (no probe figure)")
+    assert precisions.opennmt_precision("auto", {}) == ("float32", "default, no probe figure")
     decode = {"ctranslate2_float32": {"sentences_per_sec": 40.0, "latency_p50_ms": 9.0},
               "ctranslate2_int8": {"sentences_per_sec": 70.0, "latency_p50_ms": 11.0},
               "opennmt_savedmodel": {"sentences_per_sec": 99.0, "latency_p50_ms": 1.0}}

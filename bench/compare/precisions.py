@@ -110,7 +110,7 @@ def opennmt_precision(choice: str, probe: dict) -> tuple:
             raise ValueError(f"OpenNMT-tf's precision must be auto or one of {OPENNMT_PRECISIONS}")
         return choice, "flag"
     best = fastest(probe)
-    return (best, "probe") if best else ("float32", "default (no probe figure)")
+    return (best, "probe") if best else ("float32", "default, no probe figure")
 
 
 def fastest_peer(decode: dict, key: str, peers=CTRANSLATE2_ROWS):
