@@ -13,10 +13,12 @@ BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def bench_modules() -> dict:
     """{dotted module name: its file} for every .py file under bench/ (packages as their
-    __init__)."""
+    __init__), outside hidden folders (setup_peers.sh's bench/compare/.venvs/ holds the
+    peers' installed packages)."""
     root = os.path.dirname(BENCH)
     modules = {}
-    for folder, _, files in os.walk(BENCH):
+    for folder, folders, files in os.walk(BENCH):
+        folders[:] = [f for f in folders if not f.startswith(".")]
         for name in files:
             if name.endswith(".py"):
                 path = os.path.join(folder, name)

@@ -6,7 +6,11 @@ search), the default export (two graph-mode searches side by side), and the defa
 export with one intra-op thread per process (`decode_peer.py --threads=1`), the serving
 setting that lets those two searches run without waiting for each other's GEMM threads
 (TF Serving's `--tensorflow_intra_op_parallelism=1`, the C client's `--intra_op_threads=1`).
-CTranslate2 (float32, int8) on our converted weights and OpenNMT-tf's own export are the peers.
+On a CPU with AMX bfloat16 (run_protocol's --ours_export_dtypes) the same checkpoint is
+also exported in bfloat16 (`python -m export --dtype=bfloat16`: bfloat16 weights and
+products, float32 scores) and decoded with TensorFlow's default threads and with one
+intra-op thread. CTranslate2 (float32, int8) on our converted weights and OpenNMT-tf's own
+export are the peers.
 """
 
 import json
@@ -17,10 +21,19 @@ import sys
 
 from bench.compare.scoring import bleu
 
-# Our rows: (name, export flags, decode_peer flags). The default export is made once.
+# Our rows: (name, export flags, decode_peer flags). Each export is made once.
 OURS = (("ours_savedmodel_xla", ("--decode_jit_compile",), {}),
         ("ours_savedmodel", (), {}),
         ("ours_savedmodel_1thread", (), {"threads": 1}))
+# The same rows of the bfloat16 export (no XLA one).
+OURS_BFLOAT16 = (("ours_savedmodel_bf16", ("--dtype=bfloat16",), {}),
+                 ("ours_savedmodel_bf16_1thread", ("--dtype=bfloat16",), {"threads": 1}))
+
+
+def ours_rows(export_dtypes) -> tuple:
+    """Our decoding rows for the export dtypes (precisions.export_dtypes)."""
+    return (OURS if "float32" in export_dtypes else ()) + (
+        OURS_BFLOAT16 if "bfloat16" in export_dtypes else ())
 
 
 def decode(python, system, model, sources, work, name, args, env=None, **extra):
@@ -67,7 +80,7 @@ def decode_all(args, work, d, results):
     skip = args.skip.split(",")
     if "ours" not in skip:
         exports = {}
-        for name, export_flags, peer_flags in OURS:
+        for name, export_flags, peer_flags in ours_rows(getattr(args, "export_dtypes", ["float32"])):
             if export_flags not in exports:
                 exports[export_flags] = _export_ours(results, work, name, list(export_flags), REPO)
             if exports[export_flags]:

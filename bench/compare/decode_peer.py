@@ -44,6 +44,7 @@ def load_system(args):
                 max_decoding_length=max(len(b) for b in batch) + 1 + 50,
                 suppress_sequences=[["<pad>"], ["<s>"]])
             return [" ".join(r.hypotheses[0]) for r in results]
+        run.compute_type = translator.compute_type  # what it runs in, after any conversion
         return run
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -61,7 +62,9 @@ def load_system(args):
             out = serve(text=tf.constant(lines))
             return [t.decode("utf-8") for t in out["translation"].numpy()]
         with open(os.path.join(args.model, "assets", "export_metadata.json")) as f:
-            run.length_bucket = json.load(f)["decode"].get("length_bucket")
+            decode = json.load(f)["decode"]
+        run.length_bucket = decode.get("length_bucket")
+        run.compute_type = decode.get("dtype", "float32")  # the export's weights and products
         run.tokenize = loaded.signatures["tokenize"]
         return run
 
@@ -136,7 +139,8 @@ def main():
         latencies.append(time.perf_counter() - start)
     latencies.sort()
     figures = {
-        "system": args.system, "compute_type": args.compute_type, "sentences": len(lines),
+        "system": args.system, "compute_type": args.compute_type,
+        "effective_compute_type": getattr(run, "compute_type", None), "sentences": len(lines),
         "batch_size": args.batch_size, "batch_seconds": batch_seconds,
         "sentences_per_sec": len(lines) / batch_seconds,
         "latency_p50_ms": 1000 * statistics.median(latencies) if latencies else None,

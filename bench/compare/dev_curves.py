@@ -34,7 +34,7 @@ def curve(checkpoints, seconds, score) -> list:
 
 
 def add_dev_curves(args, work, d, results) -> None:
-    """Adds `curve_dev_bleu` [(seconds, BLEU)] to each trained system's results
+    """Adds `curve_dev_bleu` [(seconds, BLEU)] to each training's results (each of ours too)
     (run_protocol's `results`, `d` its prepare_data)."""
     from bench.compare import trainings
     from bench.compare.train_logs import read_logged
@@ -50,17 +50,17 @@ def add_dev_curves(args, work, d, results) -> None:
     with open(pieces, "w", encoding="utf-8") as f:
         f.writelines(" ".join(d["sp"].encode(s, out_type=str)) + "\n" for s in sources)
 
-    def score_ours(checkpoint):
-        hypotheses = os.path.join(work, "dev_curve_ours.hyp")
+    def score_ours(checkpoint, key):
+        hypotheses = os.path.join(work, f"dev_curve_{key}.hyp")
         subprocess.run([sys.executable, "-m", "tf_transformer.evaluate",
-                        f"--model_dir={results['ours']['model_dir']}", f"--checkpoint={checkpoint}",
+                        f"--model_dir={results[key]['model_dir']}", f"--checkpoint={checkpoint}",
                         f"--data={dev_tsv}", "--batch_size=32", "--beam_size=4", "--alpha=0.6",
                         f"--hypotheses={hypotheses}", "--noprogress"],
                        cwd=trainings.REPO, check=True, capture_output=True)
         with open(hypotheses, encoding="utf-8") as f:
             return bleu([line.rstrip("\n") for line in f], references)
 
-    def score_opennmt(checkpoint):
+    def score_opennmt(checkpoint, key):
         predictions = os.path.join(work, "dev_curve_opennmt.pred.sp")
         subprocess.run([os.path.join(trainings.ONMT_VENV, "onmt-main")]
                        + results["opennmt"]["base_args"]
@@ -71,11 +71,13 @@ def add_dev_curves(args, work, d, results) -> None:
         with open(predictions, encoding="utf-8") as f:
             return bleu([d["sp"].decode(line.split()) for line in f], references)
 
-    for name, score in (("ours", score_ours), ("opennmt", score_opennmt)):
+    for name in trainings.training_keys(results):  # ours, ours_DTYPE..., opennmt
+        score = score_opennmt if name == "opennmt" else score_ours
         r = results.get(name)
         if not r or "train_log" not in r or "curve_dev_bleu" in r:  # kept from an earlier run
             continue
         seconds = checkpoint_seconds(read_logged(r["train_log"]))
-        r["curve_dev_bleu"] = curve(checkpoint_paths(r["model_dir"]), seconds, score)
+        r["curve_dev_bleu"] = curve(checkpoint_paths(r["model_dir"]), seconds,
+                                    lambda checkpoint: score(checkpoint, name))
         print(f"dev_bleu_curve {name} (minutes, BLEU on {len(references)} dev pairs): "
               + " ".join(f"{t / 60:.1f}:{b:.2f}" for t, b in r["curve_dev_bleu"]), flush=True)

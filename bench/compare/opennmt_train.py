@@ -12,9 +12,17 @@ against OpenNMT-tf 2.32.0 (WRITTEN_FOR), where it is a generator yielding once p
 parameter update, iterated by `Trainer.__call__`, and replaced by no subclass.
 `check_patchable` checks all of that before training and exits with a line starting
 PATCH_ERROR (which trainings.py looks for) when a release has changed it.
+
+With OPENNMT_FORCE_MIXED_PRECISION=1 in the environment, `--mixed_precision` is made to
+take effect on the CPU: OpenNMT-tf enables mixed_float16 only when it sees an NVIDIA
+GPU (`opennmt.utils.misc.enable_mixed_precision`, otherwise a warning and float32);
+its public `force=True` argument skips that check. The line `mixed_precision=forced`
+says it happened (trainings.mixed_precision_enabled reads it).
 """
 
+import functools
 import inspect
+import os
 import sys
 import time
 
@@ -75,7 +83,19 @@ def _with_deadline(minutes: float) -> None:
     training.Trainer._steps = _steps
 
 
+def _force_mixed_precision() -> None:
+    """OpenNMT-tf's runner calls misc.enable_mixed_precision() for --mixed_precision; this
+    makes that call pass force=True (mixed_float16 without a GPU)."""
+    from opennmt.utils import misc
+
+    misc.enable_mixed_precision = functools.partial(misc.enable_mixed_precision, force=True)
+    print("mixed_precision=forced (mixed_float16 on the CPU: OpenNMT-tf enables it only "
+          "on an NVIDIA GPU by itself)", flush=True)
+
+
 if __name__ == "__main__":
     _with_deadline(float(sys.argv[1]))
+    if os.environ.get("OPENNMT_FORCE_MIXED_PRECISION") == "1":
+        _force_mixed_precision()
     sys.argv = ["onmt-main"] + sys.argv[2:]
     onmt_main.main()

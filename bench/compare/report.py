@@ -2,6 +2,16 @@
 
 import statistics
 
+from bench.compare import precisions
+
+# Our decoding rows, in report order (decode_benchmark.py makes them).
+OURS_DECODE_ROWS = ("ours_savedmodel_xla", "ours_savedmodel", "ours_savedmodel_1thread",
+                    "ours_c_client", "ours_savedmodel_bf16", "ours_savedmodel_bf16_1thread")
+# Each bfloat16 export row and the float32 row its BLEU is held to.
+BF16_ROWS = {"ours_savedmodel_bf16": "ours_savedmodel",
+             "ours_savedmodel_bf16_1thread": "ours_savedmodel_1thread"}
+BF16_BLEU_TOLERANCE = 0.3
+
 
 def steady(values):
     """Median of the logged throughput windows after the first (tracing, warm-up)."""
@@ -15,7 +25,8 @@ def plot(results, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    names = (("ours", "tf_transformer"), ("opennmt", "OpenNMT-tf 2.32"))
+    names = [(key, "tf_transformer" + (f" ({results[key]['dtype']})" if results[key].get("dtype") else ""))
+             for key in ours_keys(results)] + [("opennmt", "OpenNMT-tf 2.32")]
     keys = ["curve_train"] + [key for key in ("curve_dev", "curve_dev_bleu")
                               if any((results.get(n) or {}).get(key) for n, _ in names)]
     titles = {"curve_train": "training loss per target token (label smoothing 0.1)",
@@ -37,15 +48,105 @@ def plot(results, path):
     fig.savefig(path, dpi=110)
 
 
+def ours_keys(results) -> list:
+    """Our trainings' keys in `results`: "ours" (the primary) first, then "ours_DTYPE"."""
+    return sorted((k for k in results if (k == "ours" or k.startswith("ours_")) and results[k]),
+                  key=lambda k: (k != "ours", k))
+
+
+def line(name, a, b, unit="", a_name="ours", b_name="opennmt"):
+    """NAME: A_NAME=a B_NAME=b ratio=a/b (without the ratio when a figure is missing)."""
+    if a is None or b is None or b == 0:
+        print(f"{name}: {a_name}={a} {b_name}={b}")
+        return
+    print(f"{name}: {a_name}={a:.2f}{unit} {b_name}={b:.2f}{unit} ratio={a / b:.2f}")
+
+
+def probe_line(precision, probe) -> str:
+    """One OpenNMT-tf precision probe's line (trainings.probe_opennmt prints it)."""
+    tokens = probe.get("tokens_per_sec")
+    active = "" if precision != "mixed" else f" mixed_float16={'on' if probe.get('mixed_float16') else 'off'}"
+    return (f"opennmt_probe {precision}: tokens_per_sec={f'{tokens:.0f}' if tokens else None} "
+            f"steps={probe.get('last_step')} minutes={probe.get('minutes')}{active}"
+            + ("" if tokens else " (no throughput line: stopped at its timeout, counted as the slower)"
+               if probe.get("stopped_by_timeout") else
+               " (no throughput line: it failed, or logged no window of steps)"))
+
+
+def report_precisions(results):
+    """The CPU's matrix units, OpenNMT-tf's probe and precision, each training's dtype."""
+    if results.get("cpu"):
+        print(precisions.cpu_line(results["cpu"]))
+    onmt = results.get("opennmt") or {}
+    for precision, probe in (onmt.get("precision_probe") or {}).items():
+        print(probe_line(precision, probe))
+    if onmt.get("precision"):
+        print(f"opennmt_precision: {onmt['precision']} (chosen by {onmt.get('precision_chosen_by')}"
+              f"{'; mixed_float16 on' if onmt.get('mixed_float16') else ''})")
+    if any(results.get(k) for k in ["opennmt"] + ours_keys(results)):
+        print("train_dtype: " + " ".join(
+            f"{k}={results[k].get('dtype', 'float32')}" for k in ours_keys(results))
+            + (f" opennmt={'mixed_float16' if onmt.get('mixed_float16') else 'float32'}" if onmt else ""))
+
+
+def report_other_trainings(results):
+    """The training and test-BLEU lines of our trainings besides the primary ("ours"),
+    each against OpenNMT-tf, named NAME [KEY]; then the test BLEU of each dtype."""
+    onmt, common = results.get("opennmt") or {}, results["common_tokens"]
+    for key in ours_keys(results)[1:]:
+        r = results[key]
+        tag = f" [{key}]"
+        line("train_tokens_per_sec (own count)" + tag, r.get("tokens_per_sec"), onmt.get("tokens_per_sec"),
+             a_name=key)
+        line("train_tokens_per_sec (common count: pieces + target EOS)" + tag,
+             r.get("tokens_per_sec") and r["tokens_per_sec"] * common["ours"],
+             onmt.get("tokens_per_sec") and onmt["tokens_per_sec"] * common["opennmt"], a_name=key)
+        line("train_real_tokens_per_step (common count)" + tag,
+             r.get("tokens_per_step") and r["tokens_per_step"] * common["ours"],
+             onmt.get("tokens_per_step") and onmt["tokens_per_step"] * common["opennmt"], a_name=key)
+        line("train_mfu" + tag, r.get("mfu"), onmt.get("mfu"), a_name=key)
+        line("train_peak_rss_mb" + tag, r.get("peak_rss_mb"), onmt.get("peak_rss_mb"), a_name=key)
+        if r.get("curve_dev_bleu"):
+            t, best = max(r["curve_dev_bleu"], key=lambda point: point[1])
+            print(f"dev_bleu {key}: last={r['curve_dev_bleu'][-1][1]:.2f} best={best:.2f} at {t / 60:.1f} min")
+        print(f"test_bleu{tag}: {key}={r.get('test_bleu')} opennmt={onmt.get('test_bleu')} "
+              f"difference={(r.get('test_bleu') or 0) - (onmt.get('test_bleu') or 0):.2f}")
+    by_dtype = {results[k].get("dtype", "float32"): results[k].get("test_bleu") for k in ours_keys(results)}
+    if len(by_dtype) > 1:
+        text = " ".join(f"{dtype}={bleu}" for dtype, bleu in by_dtype.items())
+        bf16, f32 = by_dtype.get("mixed_bfloat16"), by_dtype.get("float32")
+        if bf16 is not None and f32 is not None:
+            verdict = "met" if bf16 >= f32 else "not met"
+            text += (f" difference={bf16 - f32:.2f} (target: the mixed_bfloat16 run not below "
+                     f"the float32 run: {verdict})")
+        print("test_bleu_by_dtype: " + text)
+
+
+def report_decode_precisions(dec):
+    """For each of our decoding rows, the ratio to CTranslate2's fastest compute type per
+    figure (naming it); the BLEU of every export; each bfloat16 export's BLEU against its
+    float32 twin."""
+    for ours_name in [n for n in OURS_DECODE_ROWS if dec.get(n)]:
+        for key in ("sentences_per_sec", "latency_p50_ms"):
+            best = precisions.fastest_peer(dec, key)
+            if best:
+                line(f"decode {key} vs fastest ctranslate2", dec[ours_name].get(key), best[1],
+                     a_name=ours_name, b_name=best[0])
+    bleus = {name: figures.get("bleu_of_this_decoder") for name, figures in dec.items() if figures}
+    if bleus:
+        print("decode bleu_of_every_export: " + " ".join(
+            f"{name}={b:.2f}" if b is not None else f"{name}=None" for name, b in bleus.items()))
+    for bf16, f32 in BF16_ROWS.items():
+        a, b = bleus.get(bf16), bleus.get(f32)
+        if a is not None and b is not None:
+            verdict = "met" if abs(a - b) <= BF16_BLEU_TOLERANCE else "not met"
+            print(f"decode bleu bfloat16 vs float32: {bf16}={a:.2f} {f32}={b:.2f} difference={a - b:.2f} "
+                  f"(target: within {BF16_BLEU_TOLERANCE}: {verdict})")
+
+
 def report(results):
     ours, onmt, dec = results.get("ours", {}), results.get("opennmt", {}), results["decode"]
-
-    def line(name, a, b, unit="", a_name="ours", b_name="opennmt"):
-        if a is None or b is None or b == 0:
-            print(f"{name}: {a_name}={a} {b_name}={b}")
-            return
-        print(f"{name}: {a_name}={a:.2f}{unit} {b_name}={b:.2f}{unit} ratio={a / b:.2f}")
-
+    report_precisions(results)
     cpus = {name: r["cpu"] for name, r in (("ours", ours), ("opennmt", onmt)) if r.get("cpu")}
     if len(set(cpus.values())) > 1:
         print(f"warning: the two trainings ran on different CPUs: {cpus}")
@@ -71,14 +172,17 @@ def report(results):
                   f"best={best:.2f} at {t / 60:.1f} min")
     print(f"test_bleu: ours={ours.get('test_bleu')} opennmt={onmt.get('test_bleu')} "
           f"difference={(ours.get('test_bleu') or 0) - (onmt.get('test_bleu') or 0):.2f}")
+    report_other_trainings(results)
     for peer in ("ctranslate2_float32", "ctranslate2_int8"):
         p = dec.get(peer) or {}
         if p.get("backend"):
             print(f"decode {peer} backend={p['backend']} (the faster; others: "
-                  f"{p.get('other_backends')})")
-    for ours_name in ("ours_savedmodel_xla", "ours_savedmodel", "ours_savedmodel_1thread",
-                      "ours_c_client") if dec else ():  # --skip=decode
+                  f"{p.get('other_backends')})"
+                  + (f" compute_type={p['effective_compute_type']}" if p.get("effective_compute_type") else ""))
+    for ours_name in OURS_DECODE_ROWS if dec else ():  # --skip=decode
         ours_d = dec.get(ours_name) or {}
+        if ours_name in BF16_ROWS and not ours_d:  # no bfloat16 export on this run
+            continue
         if ours_d.get("xla_compiled_shapes"):
             print(f"decode {ours_name} warm-up: {ours_d['xla_compiled_shapes']} shapes compiled "
                   f"in {ours_d['xla_warmup_seconds']:.0f} s (not in the timings)")
@@ -88,3 +192,4 @@ def report(results):
                         "latency_p99_ms", "process_peak_rss_mb", "bleu_of_this_decoder"):
                 line(f"decode {key}", ours_d.get(key), p.get(key), a_name=ours_name,
                      b_name=peer)
+    report_decode_precisions(dec)

@@ -9,15 +9,19 @@ longer budget for both fits one stretch of time on the same CPU):
   1. one SentencePiece BPE vocabulary of 8000 on the train split (our trainer's
      function), the splits written as pieces for OpenNMT-tf, its vocabulary file;
   2. the float32 matmul peak of this machine (bench/timing.py);
-  3. OpenNMT-tf training for --minutes, then ours for --minutes, each under
-     /usr/bin/time -v (peak RSS); every output line is timestamped here, which
-     gives the learning curves (loss against minutes) of both (trainings.py);
+  3. OpenNMT-tf's precision probe (--opennmt_probe_minutes in float32 and in
+     mixed_float16, the faster kept), OpenNMT-tf's training for --minutes, then ours for
+     --minutes in each of our dtypes (--ours_dtype, --ours_dtypes; mixed_bfloat16 on a
+     CPU with AMX bfloat16), each under /usr/bin/time -v (peak RSS); every output line
+     is timestamped here, which gives the learning curves (loss against minutes) of
+     all (trainings.py);
   4. test BLEU with each system's own decoder (OpenNMT-tf `infer`, our
      `tf_transformer.evaluate`), scored here with sacreBLEU on detokenized text;
-  5. exports: OpenNMT-tf's SavedModel, ours (`python -m export`, default and XLA), ours
-     converted to CTranslate2 (tf_transformer/exporters/ctranslate2.py); decode throughput
-     at batch 32, beam 4, and batch-1 latency of each (decode_peer.py), CTranslate2 in
-     float32 and int8 on our weights, our default export also with one intra-op thread
+  5. exports: OpenNMT-tf's SavedModel, ours (`python -m export`, default and XLA, and
+     in bfloat16 on a CPU with AMX bfloat16), ours converted to CTranslate2
+     (tf_transformer/exporters/ctranslate2.py); decode throughput at batch 32, beam 4,
+     and batch-1 latency of each (decode_peer.py), CTranslate2 in float32 and int8 on
+     our weights, our default exports also with one intra-op thread
      (decode_benchmark.py).
 Prints one line per figure (both values and the ratio), writes WORK_DIR/figures.json
 and the learning curves to WORK_DIR/learning_curves.png (--plot: elsewhere). See
@@ -34,13 +38,14 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from bench.compare import decode_benchmark, dev_curves  # noqa: E402
-from bench.compare.report import plot, report  # noqa: E402
+from bench.compare import decode_benchmark, dev_curves, precisions  # noqa: E402
+from bench.compare.report import ours_keys, plot, report  # noqa: E402
 from bench.compare.scoring import bleu  # noqa: E402
 from bench.compare.settings import (OPENNMT_SETTING, OPENNMT_SWEEP, opennmt_schedule,  # noqa: E402
                                     read_settings)
 from bench.compare.trainings import (ONMT_VENV, REPO, cpu_model, earlier_trainings,  # noqa: E402
-                                     one_core_matmul_peak, recipe_model, run_logged, train_both)
+                                     one_core_matmul_peak, recipe_model, run_logged, train_both,
+                                     system_of, training_keys)
 
 SPLITS = ("train", "dev", "test")
 
@@ -65,6 +70,27 @@ def parse_args():
                              "earlier run (to re-measure decoding after a change).")
     parser.add_argument("--ours_flags", default="",
                         help="Extra flags for our trainer, space separated (e.g. --jit_compile).")
+    parser.add_argument("--ours_dtype", default="auto", choices=("auto",) + precisions.OURS_DTYPES,
+                        help="Our trainer's --dtype for the protocol's run (the report's `ours`): "
+                             "auto is mixed_bfloat16 on a CPU with AMX bfloat16 (amx_bf16 in "
+                             "/proc/cpuinfo), else float32.")
+    parser.add_argument("--ours_dtypes", default="",
+                        help="Comma list of our dtypes to train, one after the other, each into its "
+                             "own model dir (float32: ours/, mixed_bfloat16: ours_bf16/), e.g. "
+                             "float32,mixed_bfloat16; --ours_dtype's is added if missing. The others "
+                             "are reported as ours_DTYPE against OpenNMT-tf, with every dtype's test "
+                             "BLEU (default: --ours_dtype's only).")
+    parser.add_argument("--ours_export_dtypes", default="auto",
+                        help="Comma list of float32,bfloat16: the dtypes our checkpoint is exported "
+                             "and decoded in (python -m export --dtype); auto: both on a CPU with "
+                             "AMX bfloat16, else float32.")
+    parser.add_argument("--opennmt_precision", default="auto", choices=("auto",) + precisions.OPENNMT_PRECISIONS,
+                        help="OpenNMT-tf's training precision: float32, or mixed (--mixed_precision, "
+                             "mixed_float16, forced on the CPU); auto: the faster of the probe.")
+    parser.add_argument("--opennmt_probe_minutes", type=float, default=2.0,
+                        help="With --opennmt_precision=auto: train OpenNMT-tf this long in each "
+                             "precision before its timed training and keep the faster by tokens/s "
+                             "(0: no probe, float32).")
     parser.add_argument("--opennmt_setting", default=OPENNMT_SETTING,
                         help="OpenNMT-tf's schedule: a setting name of " + OPENNMT_SWEEP + ", the "
                              "best on dev of its sweep (bench/schedule_sweep.py; BUILD.md).")
@@ -137,17 +163,17 @@ def test_bleu(args, work, d, results):
             texts = [d["sp"].decode(line.split()) for line in f]
         results["opennmt"]["test_bleu"] = bleu(texts, refs)
         results["opennmt"]["test_decode_seconds"] = time.time() - start
-    if "ours" not in skip:
-        hypotheses = os.path.join(work, "ours_test.hyp")
+    for key in ours_keys(results) if "ours" not in skip else ():  # each of our trainings
+        hypotheses = os.path.join(work, f"{key}_test.hyp")
         start = time.time()
         run_logged([sys.executable, "-m", "tf_transformer.evaluate",
-                    f"--model_dir={results['ours']['model_dir']}",
+                    f"--model_dir={results[key]['model_dir']}",
                     f"--data={os.path.join(args.corpus_dir, 'test.tsv')}",
                     f"--max_sentences={len(refs)}", "--batch_size=32", "--beam_size=4",
-                    "--alpha=0.6", f"--hypotheses={hypotheses}"], os.path.join(work, "ours_test.log"))
+                    "--alpha=0.6", f"--hypotheses={hypotheses}"], os.path.join(work, f"{key}_test.log"))
         with open(hypotheses, encoding="utf-8") as f:
-            results["ours"]["test_bleu"] = bleu([line.rstrip("\n") for line in f], refs)
-        results["ours"]["test_decode_seconds"] = time.time() - start
+            results[key]["test_bleu"] = bleu([line.rstrip("\n") for line in f], refs)
+        results[key]["test_decode_seconds"] = time.time() - start
 
 
 def main():
@@ -156,6 +182,9 @@ def main():
     os.makedirs(work, exist_ok=True)
     args.plot = args.plot or os.path.join(work, "learning_curves.png")
     skip = args.skip.split(",")
+    cpu = precisions.read_cpuinfo()
+    ours_trainings = precisions.ours_trainings(args.ours_dtype, args.ours_dtypes, cpu)
+    args.export_dtypes = precisions.export_dtypes(args.ours_export_dtypes, cpu)
     d = prepare_data(args, work)
     from bench.timing import matmul_peak
     from tf_transformer.model import flops
@@ -166,38 +195,41 @@ def main():
     # One FLOP count for both systems: a training step over mean-length pairs
     # (EOS on both sides, BOS-shifted target), per counted token.
     flops_per_pair = flops.train_step_flops(model, 1, round(s + 1), round(t + 1))
-    results = {"minutes": args.minutes, "matmul_peak_flops": peak,
+    results = {"minutes": args.minutes, "matmul_peak_flops": peak, "cpu": cpu,
                "mean_pieces": {"source": s, "target": t}, "decode": {},
                # Multiply each system's own token count by this for the common count.
                "common_tokens": {"ours": (s + t + 1) / (s + t + 2), "opennmt": 1.0}}
     print(f"matmul_peak_float32={peak / 1e9:.1f} GFLOP/s{' (one core)' if args.concurrent else ''} "
           f"mean_pieces source={s:.1f} target={t:.1f}")
+    print(precisions.cpu_line(cpu) + " ours_trainings=" + ",".join(f"{k}:{v}" for k, v in ours_trainings)
+          + " ours_exports=" + ",".join(args.export_dtypes), flush=True)
     training_json = os.path.join(work, "training.json")
     if args.reuse_training:  # the training run's figures, its matmul peak included
         with open(training_json) as f:
-            results.update({k: v for k, v in json.load(f).items()
-                            if k in ("opennmt", "ours", "matmul_peak_flops")})
+            earlier = json.load(f)
+        results.update({k: earlier[k] for k in training_keys(earlier) + ["matmul_peak_flops"]
+                        if k in earlier})
         peak = results["matmul_peak_flops"]
     else:
         results.update(earlier_trainings(training_json, skip))
         flags = dict(read_settings(OPENNMT_SWEEP))[args.opennmt_setting]
-        results.update(train_both(args, work, d, opennmt_schedule(flags)))
+        results.update(train_both(args, work, d, opennmt_schedule(flags), ours=ours_trainings))
         if "opennmt" not in skip:
             results["opennmt"]["setting"] = args.opennmt_setting
-        for name in ("opennmt", "ours"):
-            if name not in skip and results.get(name):
+        for name in training_keys(results):
+            if system_of(name) not in skip and results.get(name):
                 results[name].update(matmul_peak_flops=peak, cpu=cpu_model())
         if args.dev_curve_sentences:
             dev_curves.add_dev_curves(args, work, d, results)
-    for name in ("opennmt", "ours"):
+    for name in training_keys(results):
         r = results.get(name)
         if r and r["tokens_per_sec"]:
-            common = r["tokens_per_sec"] * results["common_tokens"][name]
+            common = r["tokens_per_sec"] * results["common_tokens"][system_of(name)]
             r["mfu"] = common / (s + t + 1) * flops_per_pair / r.get("matmul_peak_flops", peak)
     test_bleu(args, work, d, results)
     if not args.reuse_training:  # the trainings, their curves and test BLEU
         with open(training_json, "w") as f:
-            json.dump({k: results[k] for k in ("opennmt", "ours", "matmul_peak_flops")
+            json.dump({k: results[k] for k in training_keys(results) + ["matmul_peak_flops"]
                        if k in results}, f)
     if "decode" not in skip:
         decode_benchmark.decode_all(args, work, d, results)
