@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from absl import app, flags
@@ -214,11 +216,24 @@ def fine_tuning_config(source: Config) -> Config:
         decode=source.decode)
 
 
+def run_binary(main: Callable, module_name: str) -> None:
+    """app.run(main) for the binary `module_name` started by its console command
+    (pyproject.toml's `tf-transformer-*`): absl's --help prints the docstring and lists
+    the key flags of the `__main__` module (sys.argv[0]), which for a console command is
+    its launcher script, so the binary's are lent to it first. `python -m` needs none of it."""
+    if module_name != "__main__":
+        for flag in FLAGS.get_key_flags_for_module(module_name):
+            FLAGS.register_key_flag_for_module(sys.argv[0], flag)
+        launcher = sys.modules["__main__"]
+        launcher.__doc__ = launcher.__doc__ or sys.modules[module_name].__doc__
+    app.run(main)
+
+
 def with_vocab_size(config: Config, vocab_size: int) -> Config:
     return config.replace(model=dataclasses.replace(config.model, vocab_size=vocab_size))
 
 
 __all__ = ["ModelConfig", "config_from_flags", "decode_overrides", "define_decode_flags",
            "define_model_dir_flags", "define_model_flags", "define_restore_flags",
-           "fine_tuning_config", "init_from_flags", "translator_from_flags",
+           "fine_tuning_config", "init_from_flags", "run_binary", "translator_from_flags",
            "with_vocab_size"]

@@ -154,5 +154,10 @@ def print_progress(line: str) -> None:
     logging.info(line)
 
 
+def run():
+    """The `tf-transformer-train` command (pyproject.toml)."""
+    flags_lib.run_binary(main, __name__)
+
+
 if __name__ == "__main__":
     app.run(main)
