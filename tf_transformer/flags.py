@@ -14,7 +14,7 @@ import dataclasses
 import os
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from absl import app, flags
 
@@ -174,10 +174,15 @@ def config_from_flags(vocab_size: int | None = None) -> Config:
 FINE_TUNING_MODEL_CHANGES = ("dropout", "attention_dropout")
 
 
-def init_from_flags() -> tuple[str, str | None, Config]:
-    """(source model_dir, its checkpoint or None: the latest, the fine-tuned Config) of
-    --init_from=MODEL_DIR[:CHECKPOINT] (fine_tuning_config); UsageError unless MODEL_DIR
-    holds a config.json and differs from --model_dir."""
+class InitFrom(NamedTuple):
+    """--init_from=MODEL_DIR[:CHECKPOINT], read."""
+    model_dir: str
+    checkpoint: str | None  # None: the latest
+    config: Config  # the fine-tuned model's (fine_tuning_config), of the source's vocab size
+
+
+def init_from_flags() -> InitFrom:
+    """--init_from; UsageError unless MODEL_DIR holds a config.json and is not --model_dir."""
     def is_model_dir(path):
         return os.path.exists(os.path.join(path, CONFIG_FILE))
 
@@ -190,7 +195,7 @@ def init_from_flags() -> tuple[str, str | None, Config]:
     if os.path.realpath(source_dir) == os.path.realpath(FLAGS.model_dir):
         raise app.UsageError("--init_from names --model_dir itself: fine-tuning writes a new "
                              "--model_dir (rerunning a command resumes its --model_dir)")
-    return source_dir, checkpoint, fine_tuning_config(Config.load(source_dir))
+    return InitFrom(source_dir, checkpoint, fine_tuning_config(Config.load(source_dir)))
 
 
 def fine_tuning_config(source: Config) -> Config:
@@ -233,7 +238,7 @@ def with_vocab_size(config: Config, vocab_size: int) -> Config:
     return config.replace(model=dataclasses.replace(config.model, vocab_size=vocab_size))
 
 
-__all__ = ["ModelConfig", "config_from_flags", "decode_overrides", "define_decode_flags",
+__all__ = ["InitFrom", "ModelConfig", "config_from_flags", "decode_overrides", "define_decode_flags",
            "define_model_dir_flags", "define_model_flags", "define_restore_flags",
            "fine_tuning_config", "init_from_flags", "run_binary", "translator_from_flags",
            "with_vocab_size"]

@@ -79,9 +79,9 @@ def main(argv):
 
     train_corpus = streamed.open_corpus(FLAGS.train_data)
     tok = shared_vocabulary(train_corpus, distribution.is_chief(strategy),
-                            init_from[0] if init_from else None)
-    config = flags_lib.with_vocab_size(init_from[2] if init_from else flags_lib.config_from_flags(),
-                                       tok.vocab_size)
+                            init_from.model_dir if init_from else None)
+    config = flags_lib.with_vocab_size(
+        init_from.config if init_from else flags_lib.config_from_flags(), tok.vocab_size)
     if distribution.is_chief(strategy):
         model_dir_lib.prepare_model_dir(FLAGS.model_dir, config, tok.model_proto)
     logging.info("config:\n%s", config.to_json())
@@ -112,8 +112,9 @@ def main(argv):
     if init_from:
         from tf_transformer import fine_tuning
         with strategy.scope():
-            record = fine_tuning.start(trainer.model, FLAGS.model_dir, *init_from[:2],
-                                       tok.model_proto, distribution.is_chief(strategy))
+            record = fine_tuning.start(trainer.model, FLAGS.model_dir, init_from.model_dir,
+                                       init_from.checkpoint, tok.model_proto,
+                                       distribution.is_chief(strategy))
         print_progress("init_from " + " ".join(f"{k}={v}" for k, v in record.items())
                        if record else "init_from: resuming --model_dir's checkpoint")
     try:
