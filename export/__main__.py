@@ -79,5 +79,10 @@ def json_config(config):
     return json.loads(config.to_json())
 
 
+def run():
+    """The `tf-transformer-export` command (pyproject.toml)."""
+    flags_lib.run_binary(main, __name__)
+
+
 if __name__ == "__main__":
     app.run(main)

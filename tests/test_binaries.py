@@ -1,8 +1,9 @@
 """Every binary's --help lists each flag the project defines for it, with a default.
 
-The binaries are found by their `app.run(` and the expected flags are read
+The binaries are found by their `app.run(` under a main guard and the expected flags are read
 from absl's registry (`--helpxml` of the same binary), so a new binary or flag
-is checked without editing this file. Also: binaries never import each other.
+is checked without editing this file. Also: binaries never import each other, and every
+`python -m` command of README.md names one (or a bench/ script).
 """
 
 import ast
@@ -12,21 +13,21 @@ import os
 import re
 import subprocess
 import sys
-import xml.etree.ElementTree as ElementTree
 
 import pytest
+from binary_fixtures import PACKAGES as _PACKAGES
+from binary_fixtures import help_blocks, project_flags
 from model_fixtures import REPO_ROOT
-
-_PACKAGES = ("tf_transformer", "export", "data")  # where binaries live
 
 
 def _binaries() -> dict[str, str]:
-    """module name -> path of every module under _PACKAGES that calls app.run."""
+    """module name -> path of every module under _PACKAGES that calls app.run when run."""
     found = {}
     for package in _PACKAGES:
         for name in sorted(os.listdir(os.path.join(REPO_ROOT, package))):
             path = os.path.join(REPO_ROOT, package, name)
-            if name.endswith(".py") and "app.run(" in open(path, encoding="utf-8").read():
+            text = open(path, encoding="utf-8").read() if name.endswith(".py") else ""
+            if "app.run(" in text and 'if __name__ == "__main__":' in text:
                 module = package if name == "__main__.py" else f"{package}.{name[:-3]}"
                 found[module] = path
     return found
@@ -41,14 +42,15 @@ def _run(module, flag):
                           capture_output=True, text=True, timeout=300).stdout
 
 
-def _project_flags(helpxml: str) -> dict[str, str]:
-    """name -> help text of the flags defined by this repository's modules."""
-    flags = {}
-    for flag in ElementTree.fromstring(helpxml).iter("flag"):
-        where = flag.findtext("file")
-        if where.startswith(REPO_ROOT) or where.split(".")[0] in _PACKAGES:
-            flags[flag.findtext("name")] = flag.findtext("meaning")
-    return flags
+def test_every_python_m_command_of_the_readme_runs_a_module_of_the_checkout():
+    """The binaries' --help is tested below; bench/ scripts have a main guard."""
+    with open(os.path.join(REPO_ROOT, "README.md"), encoding="utf-8") as f:
+        modules = set(re.findall(r"python\s+-m\s+([A-Za-z_][\w.]*)", f.read()))
+    assert {"tf_transformer.train", "export", "data.vocab", "bench.decode"} <= modules
+    for module in sorted(modules - set(BINARIES) - {"pip", "venv"}):
+        path = os.path.join(REPO_ROOT, *module.split(".")) + ".py"
+        assert module.startswith("bench.") and os.path.exists(path), module
+        assert 'if __name__ == "__main__":' in open(path, encoding="utf-8").read(), module
 
 
 def test_the_documented_binaries_are_found():
@@ -62,11 +64,9 @@ def _help(module: str) -> tuple[dict[str, str], dict[str, str], str]:
     """(expected flags: name -> help, --help blocks: name -> text, --help output)."""
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
         helpxml, help_text = pool.map(lambda flag: _run(module, flag), ["--helpxml", "--help"])
-    expected = _project_flags(helpxml)
+    expected = project_flags(helpxml)
     assert expected, helpxml[-2000:]
-    # --help: "  --name: help" or "  --[no]name: help", then indented lines.
-    blocks = dict(re.findall(r"^  --(?:\[no\])?(\w+): (.*(?:\n    .*)*)", help_text, re.M))
-    return expected, blocks, help_text
+    return expected, help_blocks(help_text), help_text
 
 
 @pytest.mark.parametrize("module", sorted(BINARIES))

@@ -43,5 +43,10 @@ def main(argv):
     print(f"averaged {which} {number} checkpoints of {FLAGS.model_dir} into {path}")
 
 
+def run():
+    """The `tf-transformer-average` command (pyproject.toml)."""
+    flags_lib.run_binary(main, __name__)
+
+
 if __name__ == "__main__":
     app.run(main)

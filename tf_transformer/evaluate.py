@@ -62,5 +62,10 @@ def main(argv):
     print(evaluation.TOK_BLEU_NOTE)
 
 
+def run():
+    """The `tf-transformer-evaluate` command (pyproject.toml)."""
+    flags_lib.run_binary(main, __name__)
+
+
 if __name__ == "__main__":
     app.run(main)

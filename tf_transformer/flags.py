@@ -11,12 +11,15 @@ once: binaries run in separate processes and never import each other.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
+import os
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING, NamedTuple
 
 from absl import app, flags
 
 from tf_transformer import presets
-from tf_transformer.config import DECODE_DTYPES, Config, DecodeConfig, ModelConfig
+from tf_transformer.config import CONFIG_FILE, DECODE_DTYPES, Config, DecodeConfig, ModelConfig
 
 if TYPE_CHECKING:  # TensorFlow only once a binary runs (fast --help)
     from tf_transformer.decoding.translator import Translator
@@ -154,24 +157,90 @@ def define_model_flags() -> None:
             _DEFINE[kind](name, None, f"{help_text} Default: the preset's.")
 
 
+def _overrides(group: dict) -> dict:
+    """The flags of `group` the user set: name -> value."""
+    return {name: getattr(FLAGS, name) for name in group if getattr(FLAGS, name) is not None}
+
+
 def config_from_flags(vocab_size: int | None = None) -> Config:
     """The preset, then every flag the user set, validated by the dataclasses."""
     config = presets.get_preset(FLAGS.preset, vocab_size)
-
-    def overrides(group):
-        return {name: getattr(FLAGS, name) for name in group if getattr(FLAGS, name) is not None}
-
     return Config(
-        model=config.model.with_overrides(overrides(_MODEL_OVERRIDES)),
-        data=dataclasses.replace(config.data, **overrides(_DATA_OVERRIDES)),
-        train=dataclasses.replace(config.train, **overrides(_TRAIN_OVERRIDES)),
+        model=config.model.with_overrides(_overrides(_MODEL_OVERRIDES)),
+        data=dataclasses.replace(config.data, **_overrides(_DATA_OVERRIDES)),
+        train=dataclasses.replace(config.train, **_overrides(_TRAIN_OVERRIDES)),
         decode=config.decode)
+
+
+# ModelConfig fields a fine-tuned model may change: regularisation, not its weights' shapes.
+FINE_TUNING_MODEL_CHANGES = ("dropout", "attention_dropout")
+
+
+class InitFrom(NamedTuple):
+    """--init_from=MODEL_DIR[:CHECKPOINT], read."""
+    model_dir: str
+    checkpoint: str | None  # None: the latest
+    config: Config  # the fine-tuned model's (fine_tuning_config), of the source's vocab size
+
+
+def init_from_flags() -> InitFrom:
+    """--init_from; UsageError unless MODEL_DIR holds a config.json and is not --model_dir."""
+    def is_model_dir(path):
+        return os.path.exists(os.path.join(path, CONFIG_FILE))
+
+    source_dir, checkpoint = FLAGS.init_from, None
+    if not is_model_dir(source_dir):
+        source_dir, _, checkpoint = FLAGS.init_from.rpartition(":")
+        if not (source_dir and checkpoint and is_model_dir(source_dir)):
+            raise app.UsageError(f"--init_from={FLAGS.init_from}: no model directory "
+                                 "(config.json) there, nor before its last ':'")
+    if os.path.realpath(source_dir) == os.path.realpath(FLAGS.model_dir):
+        raise app.UsageError("--init_from names --model_dir itself: fine-tuning writes a new "
+                             "--model_dir (rerunning a command resumes its --model_dir)")
+    return InitFrom(source_dir, checkpoint, fine_tuning_config(Config.load(source_dir)))
+
+
+def fine_tuning_config(source: Config) -> Config:
+    """The Config of a model fine-tuned from `source` (the --init_from model's config.json):
+    its architecture and settings, with the data and train flags the user set and
+    --dropout / --attention_dropout. --preset, or a model flag that would change the
+    architecture, is a UsageError. The vocabulary size stays the source's (with_vocab_size)."""
+    if FLAGS["preset"].present:
+        raise app.UsageError("--preset with --init_from: the architecture is the source "
+                             "model's (its config.json)")
+    model = _overrides(_MODEL_OVERRIDES)
+    changed = {name: (getattr(source.model, name), value) for name, value in model.items()
+               if name not in FINE_TUNING_MODEL_CHANGES and value != getattr(source.model, name)}
+    if changed:
+        raise app.UsageError(
+            "--init_from keeps the source model's architecture; these flags would change it "
+            f"(source, requested): {changed}")
+    return Config(
+        model=dataclasses.replace(source.model, **{
+            name: value for name, value in model.items() if name in FINE_TUNING_MODEL_CHANGES}),
+        data=dataclasses.replace(source.data, **_overrides(_DATA_OVERRIDES)),
+        train=dataclasses.replace(source.train, **_overrides(_TRAIN_OVERRIDES)),
+        decode=source.decode)
+
+
+def run_binary(main: Callable, module_name: str) -> None:
+    """app.run(main) for the binary `module_name` started by its console command
+    (pyproject.toml's `tf-transformer-*`): absl's --help prints the docstring and lists
+    the key flags of the `__main__` module (sys.argv[0]), which for a console command is
+    its launcher script, so the binary's are lent to it first. `python -m` needs none of it."""
+    if module_name != "__main__":
+        for flag in FLAGS.get_key_flags_for_module(module_name):
+            FLAGS.register_key_flag_for_module(sys.argv[0], flag)
+        launcher = sys.modules["__main__"]
+        launcher.__doc__ = launcher.__doc__ or sys.modules[module_name].__doc__
+    app.run(main)
 
 
 def with_vocab_size(config: Config, vocab_size: int) -> Config:
     return config.replace(model=dataclasses.replace(config.model, vocab_size=vocab_size))
 
 
-__all__ = ["ModelConfig", "config_from_flags", "decode_overrides", "define_decode_flags",
+__all__ = ["InitFrom", "ModelConfig", "config_from_flags", "decode_overrides", "define_decode_flags",
            "define_model_dir_flags", "define_model_flags", "define_restore_flags",
-           "translator_from_flags", "with_vocab_size"]
+           "fine_tuning_config", "init_from_flags", "run_binary", "translator_from_flags",
+           "with_vocab_size"]

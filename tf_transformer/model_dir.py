@@ -14,6 +14,8 @@ MODEL_DIR/
                        (every evaluation, the kept ones best first) and an index
                        whose latest entry is the best
   train/, dev/         TensorBoard summaries
+  init_from.json       a fine-tuned model's source: directory, checkpoint, step,
+                       vocabulary kept or remapped (fine_tuning.py)
 
 Training writes it (`prepare_model_dir`, then checkpoints and best/);
 translation, evaluation, averaging and the exporters read it (`load_model`).
@@ -35,6 +37,7 @@ from tf_transformer.config import Config, ConfigError
 VOCAB_FILE = "vocab.model"
 BEST_DIR = "best"
 RECORD_FILE = "best.json"
+INIT_FROM_FILE = "init_from.json"
 BEST = "best"  # the --checkpoint value that names the best checkpoint(s)
 
 
@@ -148,6 +151,25 @@ def prepare_model_dir(model_dir: str, config: Config, vocab_proto: bytes) -> Non
         with open(tmp, "wb") as f:
             f.write(vocab_proto)
         os.replace(tmp, vocab_path)
+
+
+def write_init_from(model_dir: str, record: dict) -> None:
+    """MODEL_DIR/init_from.json: where a fine-tuned model's first weights came from
+    (fine_tuning.initialize's record), written through a temporary file and a rename."""
+    path = os.path.join(model_dir, INIT_FROM_FILE)
+    tf.io.gfile.makedirs(model_dir)
+    with tf.io.gfile.GFile(path + ".tmp", "w") as f:
+        json.dump(record, f, indent=1)
+    tf.io.gfile.rename(path + ".tmp", path, overwrite=True)
+
+
+def read_init_from(model_dir: str) -> dict | None:
+    """MODEL_DIR/init_from.json, or None for a model trained from scratch."""
+    path = os.path.join(model_dir, INIT_FROM_FILE)
+    if not tf.io.gfile.exists(path):
+        return None
+    with tf.io.gfile.GFile(path) as f:
+        return json.load(f)
 
 
 def average_into(model: tf.keras.Model, paths: list[str]) -> None:

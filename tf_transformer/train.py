@@ -8,6 +8,8 @@ first --dev_bleu_sentences pairs), MODEL_DIR/best/ keeps the --keep_best best an
 --early_stop=N stops after N evaluations without improvement. A loss flat at the level of
 a unigram model for --divergence_steps steps is reported as a `warning: diverged?` line.
 Paper recipes: --flagfile=tf_transformer/recipes/wmt14_en_de_base.flags (and _big, en_fr).
+Fine-tuning: --init_from=MODEL_DIR[:CHECKPOINT] starts a new --model_dir from a trained
+model's weights (fine_tuning.py), with a fresh optimizer and schedule.
 """
 
 import dataclasses
@@ -27,6 +29,15 @@ flags.DEFINE_string("dev_data", None,
 flags.DEFINE_string("vocab", None, "SentencePiece model; default: MODEL_DIR/vocab.model, "
                     "trained from --train_data if missing.")
 flags.DEFINE_integer("vocab_size", 8000, "Size of a vocabulary trained on the spot.")
+flags.DEFINE_string("init_from", None,
+                    "Fine-tune: MODEL_DIR[:CHECKPOINT] (CHECKPOINT: best, a checkpoint path or a "
+                    "name in MODEL_DIR such as ckpt-300; default: the latest) whose weights start "
+                    "a new --model_dir at step 0, with a fresh optimizer (the learning rate warms "
+                    "up again over --warmup_steps). The architecture and every other setting are "
+                    "the source's config.json's unless a data or train flag (or --dropout) sets "
+                    "them; the vocabulary is the source's unless --vocab names another (pieces "
+                    "both hold keep their embeddings). Used only while --model_dir holds no "
+                    "checkpoint: rerunning resumes it. Default: none (train from scratch).")
 flags_lib.define_model_dir_flags()
 flags.DEFINE_float("max_minutes", None,
                    "Stop after this many minutes of training; default: no limit.")
@@ -52,6 +63,7 @@ FLAGS = flags.FLAGS
 def main(argv):
     del argv
     process_defaults.apply()  # before TensorFlow's import
+    init_from = flags_lib.init_from_flags() if FLAGS.init_from else None  # before TensorFlow
 
     import tensorflow as tf
 
@@ -68,8 +80,10 @@ def main(argv):
                  strategy.num_replicas_in_sync)
 
     train_corpus = streamed.open_corpus(FLAGS.train_data)
-    tok = shared_vocabulary(train_corpus, distribution.is_chief(strategy))
-    config = flags_lib.with_vocab_size(flags_lib.config_from_flags(), tok.vocab_size)
+    tok = shared_vocabulary(train_corpus, distribution.is_chief(strategy),
+                            init_from.model_dir if init_from else None)
+    config = flags_lib.with_vocab_size(
+        init_from.config if init_from else flags_lib.config_from_flags(), tok.vocab_size)
     units, gpus = precision.cpu_matrix_units(), len(tf.config.list_logical_devices("GPU"))
     config = precision.resolve(config, units, gpus)
     logging.info("training dtype %s; CPU matrix units: %s", config.train.dtype,
@@ -103,6 +117,14 @@ def main(argv):
         unigram = divergence.corpus_unigram_loss(train_corpus, tok, config.train.label_smoothing)
         print_progress(f"unigram_loss={unigram:.4f} (a loss flat at this level: diverged)")
     trainer = Trainer(config, FLAGS.model_dir, strategy, peak_tflops=FLAGS.peak_tflops)
+    if init_from:
+        from tf_transformer import fine_tuning
+        with strategy.scope():
+            record = fine_tuning.start(trainer.model, FLAGS.model_dir, init_from.model_dir,
+                                       init_from.checkpoint, tok.model_proto,
+                                       distribution.is_chief(strategy))
+        print_progress("init_from " + " ".join(f"{k}={v}" for k, v in record.items())
+                       if record else "init_from: resuming --model_dir's checkpoint")
     try:
         result = trainer.train(train_dataset_fn, config.train.max_steps, FLAGS.max_minutes,
                                evaluate_fn=evaluate_fn, eval_every=FLAGS.eval_every,
@@ -115,13 +137,16 @@ def main(argv):
                    + (model_dir_lib.best_summary(FLAGS.model_dir) if evaluate_fn else ""))
 
 
-def shared_vocabulary(train_corpus, chief: bool):
-    """--vocab, or MODEL_DIR/vocab.model trained by the chief while the other workers wait."""
+def shared_vocabulary(train_corpus, chief: bool, source_dir: str | None = None):
+    """--vocab, or MODEL_DIR/vocab.model, or with --init_from (`source_dir`) the source's;
+    else MODEL_DIR/vocab.model trained by the chief while the other workers wait."""
     from tf_transformer.inputs import tokenizer
     from tf_transformer import model_dir as model_dir_lib
     from tf_transformer.training import distribution
 
     vocab_path = FLAGS.vocab or os.path.join(FLAGS.model_dir, model_dir_lib.VOCAB_FILE)
+    if source_dir and not os.path.exists(vocab_path):
+        vocab_path = os.path.join(source_dir, model_dir_lib.VOCAB_FILE)
     if not os.path.exists(vocab_path):
         if chief:
             logging.info("training a %d-piece vocabulary into %s", FLAGS.vocab_size, vocab_path)
@@ -136,6 +161,11 @@ def shared_vocabulary(train_corpus, chief: bool):
 def print_progress(line: str) -> None:
     print(line, flush=True)
     logging.info(line)
+
+
+def run():
+    """The `tf-transformer-train` command (pyproject.toml)."""
+    flags_lib.run_binary(main, __name__)
 
 
 if __name__ == "__main__":

@@ -64,5 +64,10 @@ def main(argv):
         logging.info("attention of input line 0 written to %s", FLAGS.plot_attention)
 
 
+def run():
+    """The `tf-transformer-translate` command (pyproject.toml)."""
+    flags_lib.run_binary(main, __name__)
+
+
 if __name__ == "__main__":
     app.run(main)
