@@ -128,6 +128,28 @@ def test_in_graph_and_saved_model(small_tokenizer, tmp_path):
     assert [t.decode() for t in out.numpy()] == ["Open the file.", ""]
 
 
+def test_two_vocabularies_in_one_saved_model_stay_apart(small_tokenizer,
+                                                         byte_fallback_model_path, tmp_path):
+    """tensorflow-text names an op's resource after its node: two vocabularies under its
+    default scope loaded as one (each side then detokenized with the same model)."""
+    class Pair(tf.Module):
+        def __init__(self, first, second):
+            super().__init__()
+            self.first, self.second = first, second
+
+        @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)])
+        def detokenize_both(self, ids):
+            return self.first.detokenize(ids), self.second.detokenize(ids)
+
+    pair = Pair(small_tokenizer, tokenizer.Tokenizer(byte_fallback_model_path))
+    ids = tf.constant([[300, 420, 480, 499]])
+    expected = [t.numpy() for t in pair.detokenize_both(ids)]
+    assert expected[0] != expected[1]
+    tf.saved_model.save(pair, str(tmp_path))
+    loaded = tf.saved_model.load(str(tmp_path))
+    assert [t.numpy() for t in loaded.detokenize_both(ids)] == expected
+
+
 def test_invalid_utf8_becomes_unk_without_byte_fallback(small_tokenizer):
     ids = small_tokenizer.tokenize(tf.constant([b"Open \xff the \xc3", b"\x80\x80"]))
     assert UNK_ID in ids[0].numpy() and UNK_ID in ids[1].numpy()

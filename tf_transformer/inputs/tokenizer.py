@@ -26,6 +26,7 @@ takes either calls `sides(tokenizer)`.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import itertools
 import os
@@ -130,7 +131,11 @@ class Tokenizer(tf.Module):
             with tf.io.gfile.GFile(os.fspath(model), "rb") as f:
                 model = f.read()
         self.model_proto: bytes = model
-        self._sp = tf_text.SentencepieceTokenizer(model=model, out_type=tf.int32)
+        # The op's resource is owned by its kernel and named after its node: a SavedModel
+        # whose two vocabularies' nodes had one name (tensorflow-text's default scope)
+        # loaded both as the first. A scope named after the model keeps them apart.
+        scope = "sentencepiece_" + hashlib.sha256(model).hexdigest()[:16]
+        self._sp = tf_text.SentencepieceTokenizer(model=model, out_type=tf.int32, name=scope)
         self.vocab_size: int = int(self._sp.vocab_size())
         pieces = [p.decode() for p in self._sp.id_to_string(tf.range(4)).numpy()]
         if pieces != ["<pad>", "<unk>", "<s>", "</s>"]:
