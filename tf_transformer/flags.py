@@ -166,8 +166,14 @@ def config_from_flags(vocab_size: int | None = None) -> Config:
         decode=config.decode)
 
 
-def with_vocab_size(config: Config, vocab_size: int) -> Config:
-    return config.replace(model=dataclasses.replace(config.model, vocab_size=vocab_size))
+def with_vocab_size(config: Config, vocab_size: int, source_vocab_size: int | None = None
+                    ) -> Config:
+    """`config` for one shared vocabulary of `vocab_size` pieces, or with
+    `source_vocab_size` for separate ones (target `vocab_size`; embeddings not shared)."""
+    changes: dict = {"vocab_size": vocab_size}
+    if source_vocab_size is not None:
+        changes.update(share_embeddings=False, source_vocab_size=source_vocab_size)
+    return config.replace(model=dataclasses.replace(config.model, **changes))
 
 
 __all__ = ["ModelConfig", "config_from_flags", "decode_overrides", "define_decode_flags",

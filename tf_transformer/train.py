@@ -8,6 +8,8 @@ first --dev_bleu_sentences pairs), MODEL_DIR/best/ keeps the --keep_best best an
 --early_stop=N stops after N evaluations without improvement. A loss flat at the level of
 a unigram model for --divergence_steps steps is reported as a `warning: diverged?` line.
 Paper recipes: --flagfile=tf_transformer/recipes/wmt14_en_de_base.flags (and _big, en_fr).
+One shared vocabulary by default; any of --source_vocab, --target_vocab, --source_vocab_size,
+--target_vocab_size gives each side its own (embeddings not shared), for pairs in different scripts.
 """
 
 import dataclasses
@@ -27,6 +29,22 @@ flags.DEFINE_string("dev_data", None,
 flags.DEFINE_string("vocab", None, "SentencePiece model; default: MODEL_DIR/vocab.model, "
                     "trained from --train_data if missing.")
 flags.DEFINE_integer("vocab_size", 8000, "Size of a vocabulary trained on the spot.")
+flags.DEFINE_bool("byte_fallback", True,
+                  "Vocabularies trained on the spot have SentencePiece byte fallback: a "
+                  "character without a piece becomes its UTF-8 byte pieces, never <unk>.")
+flags.DEFINE_string("source_vocab", None,
+                    "Separate vocabularies (embeddings not shared): the source side's "
+                    "SentencePiece model; default: MODEL_DIR/source_vocab.model, trained from "
+                    "the sources if missing.")
+flags.DEFINE_string("target_vocab", None,
+                    "Separate vocabularies: the target side's; default: "
+                    "MODEL_DIR/target_vocab.model, trained from the targets if missing.")
+flags.DEFINE_integer("source_vocab_size", None,
+                     "Separate vocabularies: size of a source vocabulary trained on the spot; "
+                     "default: --vocab_size.")
+flags.DEFINE_integer("target_vocab_size", None,
+                     "Separate vocabularies: size of a target vocabulary trained on the spot; "
+                     "default: --vocab_size.")
 flags_lib.define_model_dir_flags()
 flags.DEFINE_float("max_minutes", None,
                    "Stop after this many minutes of training; default: no limit.")
@@ -47,13 +65,17 @@ flags_lib.define_model_flags()
 flags.mark_flags_as_required(["train_data", "model_dir"])
 flags.adopt_module_key_flags(flags_lib)  # --help lists the shared flags too
 FLAGS = flags.FLAGS
+SEPARATE_VOCAB_FLAGS = ("source_vocab", "target_vocab", "source_vocab_size", "target_vocab_size")
 
 
 def main(argv):
     del argv
     process_defaults.apply()  # before TensorFlow's import
+    if FLAGS.vocab and separate_vocabularies():
+        raise app.UsageError("--vocab is one shared vocabulary: give --source_vocab and "
+                             "--target_vocab (or sizes) for separate ones")
 
-    from tf_transformer.inputs import corpus, packing, pipeline, streamed
+    from tf_transformer.inputs import corpus, packing, pipeline, streamed, tokenizer
     from tf_transformer import model_dir as model_dir_lib
     from tf_transformer.training import distribution, divergence, selection
     from tf_transformer.training.evaluators import dev_loss_fn
@@ -66,10 +88,14 @@ def main(argv):
                  strategy.num_replicas_in_sync)
 
     train_corpus = streamed.open_corpus(FLAGS.train_data)
-    tok = shared_vocabulary(train_corpus, distribution.is_chief(strategy))
-    config = flags_lib.with_vocab_size(flags_lib.config_from_flags(), tok.vocab_size)
+    tok = vocabularies(train_corpus, distribution.is_chief(strategy))
+    source_tok, target_tok = tokenizer.sides(tok)
+    separate = source_tok is not target_tok
+    config = flags_lib.with_vocab_size(flags_lib.config_from_flags(), target_tok.vocab_size,
+                                       source_tok.vocab_size if separate else None)
     if distribution.is_chief(strategy):
-        model_dir_lib.prepare_model_dir(FLAGS.model_dir, config, tok.model_proto)
+        model_dir_lib.prepare_model_dir(FLAGS.model_dir, config, source_tok.model_proto,
+                                        target_tok.model_proto if separate else None)
     logging.info("config:\n%s", config.to_json())
 
     evaluate_fn = None
@@ -92,7 +118,8 @@ def main(argv):
 
     unigram = None
     if config.train.divergence_steps:
-        unigram = divergence.corpus_unigram_loss(train_corpus, tok, config.train.label_smoothing)
+        unigram = divergence.corpus_unigram_loss(train_corpus, target_tok,
+                                                 config.train.label_smoothing)
         print_progress(f"unigram_loss={unigram:.4f} (a loss flat at this level: diverged)")
     trainer = Trainer(config, FLAGS.model_dir, strategy, peak_tflops=FLAGS.peak_tflops)
     try:
@@ -107,22 +134,44 @@ def main(argv):
                    + (model_dir_lib.best_summary(FLAGS.model_dir) if evaluate_fn else ""))
 
 
-def shared_vocabulary(train_corpus, chief: bool):
-    """--vocab, or MODEL_DIR/vocab.model trained by the chief while the other workers wait."""
+def separate_vocabularies() -> bool:
+    return any(FLAGS[name].value is not None for name in SEPARATE_VOCAB_FLAGS)
+
+
+def vocabularies(train_corpus, chief: bool):
+    """The shared Tokenizer (--vocab or MODEL_DIR/vocab.model), or with separate
+    vocabularies a TokenizerPair; each trained by the chief if missing."""
     from tf_transformer.inputs import tokenizer
     from tf_transformer import model_dir as model_dir_lib
+
+    if not separate_vocabularies():
+        return tokenizer.Tokenizer(vocabulary(
+            FLAGS.vocab, model_dir_lib.VOCAB_FILE, FLAGS.vocab_size, None, train_corpus, chief))
+    return tokenizer.TokenizerPair(*(tokenizer.Tokenizer(vocabulary(
+        FLAGS[f"{side}_vocab"].value, name, FLAGS[f"{side}_vocab_size"].value or FLAGS.vocab_size,
+        side, train_corpus, chief)) for side, name in (
+            ("source", model_dir_lib.SOURCE_VOCAB_FILE),
+            ("target", model_dir_lib.TARGET_VOCAB_FILE))))
+
+
+def vocabulary(path, file_name: str, size: int, side, train_corpus, chief: bool) -> str:
+    """`path`, or MODEL_DIR/`file_name` trained on `side` ("source", "target"; None:
+    both) by the chief if missing, while the other workers wait for it."""
+    from tf_transformer.inputs import tokenizer
     from tf_transformer.training import distribution
 
-    vocab_path = FLAGS.vocab or os.path.join(FLAGS.model_dir, model_dir_lib.VOCAB_FILE)
+    vocab_path = path or os.path.join(FLAGS.model_dir, file_name)
     if not os.path.exists(vocab_path):
         if chief:
-            logging.info("training a %d-piece vocabulary into %s", FLAGS.vocab_size, vocab_path)
+            logging.info("training a %d-piece %svocabulary into %s", size,
+                         f"{side} " if side else "", vocab_path)
             os.makedirs(os.path.dirname(vocab_path) or ".", exist_ok=True)
-            tokenizer.train_sentencepiece(train_corpus, FLAGS.vocab_size, vocab_path + ".tmp")
+            tokenizer.train_sentencepiece(train_corpus, size, vocab_path + ".tmp",
+                                          byte_fallback=FLAGS.byte_fallback, side=side)
             os.replace(vocab_path + ".tmp", vocab_path)
         else:
             distribution.wait_for_file(vocab_path)
-    return tokenizer.Tokenizer(vocab_path)
+    return vocab_path
 
 
 def print_progress(line: str) -> None:
