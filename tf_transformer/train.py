@@ -9,7 +9,7 @@ first --dev_bleu_sentences pairs), MODEL_DIR/best/ keeps the --keep_best best an
 a unigram model for --divergence_steps steps is reported as a `warning: diverged?` line.
 Paper recipes: --flagfile=tf_transformer/recipes/wmt14_en_de_base.flags (and _big, en_fr).
 One shared vocabulary by default; any of --source_vocab, --target_vocab, --source_vocab_size,
---target_vocab_size gives each side its own (embeddings not shared), for pairs in different scripts.
+--target_vocab_size gives each side its own (embeddings not shared): pairs in two scripts.
 """
 
 import dataclasses
@@ -147,11 +147,13 @@ def vocabularies(train_corpus, chief: bool):
     if not separate_vocabularies():
         return tokenizer.Tokenizer(vocabulary(
             FLAGS.vocab, model_dir_lib.VOCAB_FILE, FLAGS.vocab_size, None, train_corpus, chief))
-    return tokenizer.TokenizerPair(*(tokenizer.Tokenizer(vocabulary(
-        FLAGS[f"{side}_vocab"].value, name, FLAGS[f"{side}_vocab_size"].value or FLAGS.vocab_size,
-        side, train_corpus, chief)) for side, name in (
-            ("source", model_dir_lib.SOURCE_VOCAB_FILE),
-            ("target", model_dir_lib.TARGET_VOCAB_FILE))))
+    pair = []
+    for side, file_name in (("source", model_dir_lib.SOURCE_VOCAB_FILE),
+                            ("target", model_dir_lib.TARGET_VOCAB_FILE)):
+        size = FLAGS[f"{side}_vocab_size"].value or FLAGS.vocab_size
+        pair.append(tokenizer.Tokenizer(vocabulary(
+            FLAGS[f"{side}_vocab"].value, file_name, size, side, train_corpus, chief)))
+    return tokenizer.TokenizerPair(*pair)
 
 
 def vocabulary(path, file_name: str, size: int, side, train_corpus, chief: bool) -> str:
