@@ -168,7 +168,8 @@ def test_prepare_model_dir_refuses_another_vocabulary(tmp_path, config, vocab_pr
 
 def separate(config, source_vocab_size=400):
     return config.replace(model=config.model.__class__(**{
-        **config.model.__dict__, "share_embeddings": False, "source_vocab_size": source_vocab_size}))
+        **config.model.__dict__, "share_embeddings": False,
+        "source_vocab_size": source_vocab_size}))
 
 
 def test_separate_vocabularies_are_two_files(tmp_path, config, vocab_proto):
