@@ -1,4 +1,5 @@
-"""Trains the shared SentencePiece vocabulary on both sides of a corpus.
+"""Trains the shared SentencePiece vocabulary on both sides of a corpus (or, with
+--side, one side's, for separate source and target vocabularies).
 
   python -m data.vocab --data=data/libreoffice-help.en-de/train.tsv \
       --vocab_size=8000 --output=runs/spm8k.model
@@ -7,6 +8,8 @@ The paper's sizes (section 5.1): 37000 BPE for WMT EN-DE, 32000 for EN-FR;
 8000 suits the embedded corpus. Text files are streamed, never held whole:
 SentencePiece keeps a seeded sample of at most 4M sentences
 (tokenizer.MAX_TRAINING_SENTENCES). Ids: <pad>=0 <unk>=1 <s>=2 </s>=3 (config.py).
+With --byte_fallback (the default) 256 of the pieces are UTF-8 bytes (ids 4-259),
+so a character without a piece is spelled in bytes, never <unk>.
 """
 
 from absl import app, flags, logging
@@ -22,6 +25,11 @@ MODEL_TYPE = flags.DEFINE_enum("model_type", "bpe", list(tokenizer.MODEL_TYPES),
 CHARACTER_COVERAGE = flags.DEFINE_float("character_coverage", 0.9995,
                                         "share of characters kept as pieces")
 SEED = flags.DEFINE_integer("seed", 1, "SentencePiece random seed")
+BYTE_FALLBACK = flags.DEFINE_bool("byte_fallback", True,
+                                  "characters without a piece become UTF-8 byte pieces "
+                                  "(256 of the pieces), not <unk>")
+SIDE = flags.DEFINE_enum("side", "both", ["both", *tokenizer.SIDES],
+                         "train on both sides (a shared vocabulary) or on one")
 
 
 def main(argv):
@@ -29,7 +37,9 @@ def main(argv):
     pairs = streamed.open_corpus(DATA.value)  # text files stream; SentencePiece samples them
     tokenizer.train_sentencepiece(pairs, VOCAB_SIZE.value, OUTPUT.value,
                                   model_type=MODEL_TYPE.value,
-                                  character_coverage=CHARACTER_COVERAGE.value, seed=SEED.value)
+                                  character_coverage=CHARACTER_COVERAGE.value, seed=SEED.value,
+                                  byte_fallback=BYTE_FALLBACK.value,
+                                  side=None if SIDE.value == "both" else SIDE.value)
     vocab = tokenizer.Tokenizer(OUTPUT.value)
     logging.info("wrote %s: %d pieces", OUTPUT.value, vocab.vocab_size)
     counted = f" pairs={len(pairs)}" if isinstance(pairs, corpus.Corpus) else ""

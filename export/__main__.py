@@ -69,7 +69,7 @@ def main(argv):
         "config": json_config(Config.load(FLAGS.model_dir)),
     }
     path = saved_model.export(
-        translator, FLAGS.export_dir, os.path.join(FLAGS.model_dir, model_dir_lib.VOCAB_FILE),
+        translator, FLAGS.export_dir, model_dir_lib.vocab_paths(FLAGS.model_dir),
         metadata, sentences, FLAGS.model_name)
     print(path)
 

@@ -48,11 +48,24 @@ def embedded_corpus():
 
 @pytest.fixture(scope="session")
 def spm_model_path(tmp_path_factory, embedded_corpus):
-    """A small BPE vocabulary (500 pieces, first 2000 pairs): for fast model tests."""
+    """A small BPE vocabulary (500 pieces, first 2000 pairs): for fast model tests. Without
+    byte fallback, as older vocabularies (500 pieces keep their merges; the search's default
+    path); `byte_fallback_model_path` is the default kind."""
     from tf_transformer.inputs import corpus, tokenizer
     subset = corpus.Corpus(embedded_corpus.sources[:2000], embedded_corpus.targets[:2000])
     path = str(tmp_path_factory.mktemp("spm") / "small.model")
-    tokenizer.train_sentencepiece(subset, 500, path)
+    tokenizer.train_sentencepiece(subset, 500, path, byte_fallback=False)
+    return path
+
+
+@pytest.fixture(scope="session")
+def byte_fallback_model_path(tmp_path_factory, embedded_corpus):
+    """The default kind: 600 BPE pieces with byte fallback (256 of them bytes), first 2000
+    pairs."""
+    from tf_transformer.inputs import corpus, tokenizer
+    subset = corpus.Corpus(embedded_corpus.sources[:2000], embedded_corpus.targets[:2000])
+    path = str(tmp_path_factory.mktemp("spm") / "bytes.model")
+    tokenizer.train_sentencepiece(subset, 600, path)
     return path
 
 
@@ -64,7 +77,8 @@ def small_tokenizer(spm_model_path):
 
 @pytest.fixture(scope="session")
 def tokenizer_8k(tmp_path_factory, embedded_corpus):
-    """The demo's vocabulary: 8000 BPE pieces on the whole embedded train split (~1 s)."""
+    """The demo's kind of vocabulary: 8000 BPE pieces with byte fallback on the whole
+    embedded train split (~1 s)."""
     from tf_transformer.inputs import tokenizer
     path = str(tmp_path_factory.mktemp("spm") / "spm8k.model")
     tokenizer.train_sentencepiece(embedded_corpus, 8000, path)

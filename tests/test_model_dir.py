@@ -164,3 +164,52 @@ def test_prepare_model_dir_refuses_another_vocabulary(tmp_path, config, vocab_pr
         model_dir_lib.prepare_model_dir(path, config, vocab_proto + b"x")
     with open(os.path.join(path, model_dir_lib.VOCAB_FILE), "rb") as f:
         assert f.read() == vocab_proto
+
+
+def separate(config, source_vocab_size=400):
+    return config.replace(model=config.model.__class__(**{
+        **config.model.__dict__, "share_embeddings": False,
+        "source_vocab_size": source_vocab_size}))
+
+
+def test_separate_vocabularies_are_two_files(tmp_path, config, vocab_proto):
+    """source_vocab.model and target_vocab.model instead of vocab.model; vocab_paths names
+    them in that order (vocab.model twice when shared), and averaging copies both."""
+    path = str(tmp_path / "pair")
+    source_proto = vocab_proto + b"source"  # prepare_model_dir copies bytes, never parses them
+    model_dir_lib.prepare_model_dir(path, separate(config), source_proto, vocab_proto)
+    assert sorted(os.listdir(path)) == ["config.json", model_dir_lib.SOURCE_VOCAB_FILE,
+                                        model_dir_lib.TARGET_VOCAB_FILE]
+    source, target = model_dir_lib.vocab_paths(path)
+    assert (os.path.basename(source), os.path.basename(target)) == (
+        model_dir_lib.SOURCE_VOCAB_FILE, model_dir_lib.TARGET_VOCAB_FILE)
+    assert model_dir_lib.read_vocabularies(path) == (source_proto, vocab_proto)
+    model_dir_lib.prepare_model_dir(path, separate(config), source_proto, vocab_proto)  # resume
+    with pytest.raises(ConfigError, match="another vocabulary"):
+        model_dir_lib.prepare_model_dir(path, separate(config), vocab_proto, vocab_proto)
+    with pytest.raises(ConfigError, match="holds source_vocab.model"):  # the shared kind
+        model_dir_lib.prepare_model_dir(path, config, vocab_proto)
+    with pytest.raises(ConfigError, match="share_embeddings=False"):
+        model_dir_lib.prepare_model_dir(str(tmp_path / "shared_embeddings"), config,
+                                        source_proto, vocab_proto)
+
+    shared = str(tmp_path / "shared")
+    model_dir_lib.prepare_model_dir(shared, config, vocab_proto)
+    assert model_dir_lib.vocab_paths(shared) == (os.path.join(shared, "vocab.model"),) * 2
+    assert model_dir_lib.read_vocabularies(shared) == (vocab_proto, None)
+    with pytest.raises(ConfigError, match="holds vocab.model"):
+        model_dir_lib.prepare_model_dir(shared, separate(config), source_proto, vocab_proto)
+    with pytest.raises(FileNotFoundError, match="neither vocab.model"):
+        model_dir_lib.vocab_paths(str(tmp_path))
+
+
+def test_write_averaged_copies_both_vocabularies(tmp_path, config, vocab_proto):
+    path, output = str(tmp_path / "pair"), str(tmp_path / "averaged")
+    model_dir_lib.prepare_model_dir(path, separate(config), vocab_proto + b"source", vocab_proto)
+    model = build_model(separate(config).model)
+    manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model), path, max_to_keep=2)
+    manager.save(checkpoint_number=1)
+    manager.save(checkpoint_number=2)
+    model_dir_lib.write_averaged(path, 2, output, build_model)
+    assert model_dir_lib.read_vocabularies(output) == (vocab_proto + b"source", vocab_proto)
+    assert Config.load(output).model.source_vocab_size == 400

@@ -68,20 +68,23 @@ def remap_rows(old_table: np.ndarray, fresh_table: np.ndarray,
 
 
 def initialize(model: tf.keras.Model, source_dir: str, checkpoint: str | None,
-               vocab_proto: bytes) -> dict:
+               vocab_proto: bytes | None) -> dict:
     """Sets `model`'s weights to the checkpoint of `source_dir` (`source_checkpoint`).
 
-    `model`: a fresh build of the source's architecture whose vocabulary is
-    `vocab_proto` (call inside its distribution strategy's scope). Returns the
-    record of where the weights came from (model_dir.write_init_from).
+    `model`: a fresh build of the source's architecture whose shared vocabulary is
+    `vocab_proto`, or None for the source's own vocabularies, kept as they are (a
+    model with separate ones); call inside its distribution strategy's scope.
+    Returns the record of where the weights came from (model_dir.write_init_from).
     """
     path = source_checkpoint(source_dir, checkpoint)
     source = model_dir_lib.load_model(source_dir, path)
-    with tf.io.gfile.GFile(os.path.join(source_dir, model_dir_lib.VOCAB_FILE), "rb") as f:
-        source_proto = f.read()
     record = {"model_dir": os.path.abspath(source_dir), "checkpoint": os.path.abspath(path),
               "step": _step(path), "vocabulary": "source"}
     mapping = None
+    source_proto = vocab_proto
+    if vocab_proto is not None:
+        with tf.io.gfile.GFile(os.path.join(source_dir, model_dir_lib.VOCAB_FILE), "rb") as f:
+            source_proto = f.read()
     if source_proto != vocab_proto:
         if not source.config.model.share_embeddings:
             raise ConfigError("a new vocabulary is remapped into the shared embedding only; "
@@ -110,7 +113,7 @@ def initialize(model: tf.keras.Model, source_dir: str, checkpoint: str | None,
 
 
 def start(model: tf.keras.Model, model_dir: str, source_dir: str, checkpoint: str | None,
-          vocab_proto: bytes, write_record: bool = True) -> dict | None:
+          vocab_proto: bytes | None, write_record: bool = True) -> dict | None:
     """`initialize`s the model of a new fine-tuned `model_dir` and (`write_record`: the
     chief) writes the record to model_dir/init_from.json; returns the record. Nothing (None)
     once model_dir holds a checkpoint: that directory resumes, it is never re-initialised."""

@@ -236,8 +236,14 @@ def run_binary(main: Callable, module_name: str) -> None:
     app.run(main)
 
 
-def with_vocab_size(config: Config, vocab_size: int) -> Config:
-    return config.replace(model=dataclasses.replace(config.model, vocab_size=vocab_size))
+def with_vocab_size(config: Config, vocab_size: int, source_vocab_size: int | None = None
+                    ) -> Config:
+    """`config` for one shared vocabulary of `vocab_size` pieces, or with
+    `source_vocab_size` for separate ones (target `vocab_size`; embeddings not shared)."""
+    changes: dict = {"vocab_size": vocab_size}
+    if source_vocab_size is not None:
+        changes.update(share_embeddings=False, source_vocab_size=source_vocab_size)
+    return config.replace(model=dataclasses.replace(config.model, **changes))
 
 
 __all__ = ["InitFrom", "ModelConfig", "config_from_flags", "decode_overrides", "define_decode_flags",

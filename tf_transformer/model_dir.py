@@ -2,7 +2,9 @@
 
 MODEL_DIR/
   config.json          the frozen Config (config.py): every hyperparameter
-  vocab.model          the SentencePiece model both sides are tokenized with
+  vocab.model          the SentencePiece model both sides are tokenized with, or
+  source_vocab.model,  with separate vocabularies (share_embeddings off) the
+  target_vocab.model   source side's and the target side's instead
   checkpoint, ckpt-N.* TensorFlow's checkpoint index and the kept checkpoints
                        (weights, optimizer; the trainer's, written through
                        tf.train.CheckpointManager: a checkpoint's files first,
@@ -35,6 +37,8 @@ import tensorflow as tf
 from tf_transformer.config import Config, ConfigError
 
 VOCAB_FILE = "vocab.model"
+SOURCE_VOCAB_FILE = "source_vocab.model"
+TARGET_VOCAB_FILE = "target_vocab.model"
 BEST_DIR = "best"
 RECORD_FILE = "best.json"
 INIT_FROM_FILE = "init_from.json"
@@ -121,15 +125,57 @@ def last_checkpoints(model_dir: str, num_last: int) -> list[str]:
     return paths
 
 
-def prepare_model_dir(model_dir: str, config: Config, vocab_proto: bytes) -> None:
+def vocab_paths(model_dir: str) -> tuple[str, str]:
+    """(source, target) SentencePiece models of `model_dir`: vocab.model twice when
+    shared, else source_vocab.model and target_vocab.model; FileNotFoundError if none."""
+    shared = os.path.join(model_dir, VOCAB_FILE)
+    if tf.io.gfile.exists(shared):
+        return shared, shared
+    separate = (os.path.join(model_dir, SOURCE_VOCAB_FILE),
+                os.path.join(model_dir, TARGET_VOCAB_FILE))
+    if all(tf.io.gfile.exists(path) for path in separate):
+        return separate
+    raise FileNotFoundError(f"{model_dir} holds neither {VOCAB_FILE} nor {SOURCE_VOCAB_FILE} and "
+                            f"{TARGET_VOCAB_FILE}: is it a model directory?")
+
+
+def read_vocabularies(model_dir: str) -> tuple[bytes, bytes | None]:
+    """The serialized vocabularies as prepare_model_dir takes them: (shared, None) or
+    (source, target)."""
+    source, target = vocab_paths(model_dir)
+    protos = []
+    for path in dict.fromkeys((source, target)):
+        with tf.io.gfile.GFile(path, "rb") as f:
+            protos.append(f.read())
+    return protos[0], (protos[1] if len(protos) > 1 else None)
+
+
+def prepare_model_dir(model_dir: str, config: Config, vocab_proto: bytes,
+                      target_vocab_proto: bytes | None = None) -> None:
     """Writes config and vocabulary, or refuses a directory made for another model.
 
+    `vocab_proto` is the shared vocabulary (vocab.model), or with
+    `target_vocab_proto` the source side's (source_vocab.model, then
+    target_vocab.model; the model's embeddings must not be shared).
     A run resumed with a different architecture or vocabulary would restore
     mismatched weights or decode with the wrong pieces; both are refused here,
     with the difference named.
     """
     config_path = os.path.join(model_dir, "config.json")
-    vocab_path = os.path.join(model_dir, VOCAB_FILE)
+    if target_vocab_proto is None:
+        files = {VOCAB_FILE: vocab_proto}
+        other_kind = (SOURCE_VOCAB_FILE, TARGET_VOCAB_FILE)
+    else:
+        if config.model.share_embeddings:
+            raise ConfigError("separate source and target vocabularies need "
+                              "share_embeddings=False")
+        files = {SOURCE_VOCAB_FILE: vocab_proto, TARGET_VOCAB_FILE: target_vocab_proto}
+        other_kind = (VOCAB_FILE,)
+    for name in other_kind:
+        if os.path.exists(os.path.join(model_dir, name)):
+            kind = "one shared vocabulary" if name == VOCAB_FILE else "separate vocabularies"
+            raise ConfigError(f"{model_dir} holds {name}: its model uses {kind}; "
+                              "use another --model_dir")
     if os.path.exists(config_path):
         existing = Config.load(model_dir)
         if existing.model != config.model:
@@ -139,18 +185,22 @@ def prepare_model_dir(model_dir: str, config: Config, vocab_proto: bytes) -> Non
             raise ConfigError(
                 f"{model_dir} holds a model with a different architecture "
                 f"(existing, requested): {diffs}; use another --model_dir")
-    if os.path.exists(vocab_path):
-        with open(vocab_path, "rb") as f:
-            if f.read() != vocab_proto:
-                raise ConfigError(f"{model_dir} was trained with another vocabulary "
-                                  f"({vocab_path}); use another --model_dir")
+    for name, proto in files.items():
+        vocab_path = os.path.join(model_dir, name)
+        if os.path.exists(vocab_path):
+            with open(vocab_path, "rb") as f:
+                if f.read() != proto:
+                    raise ConfigError(f"{model_dir} was trained with another vocabulary "
+                                      f"({vocab_path}); use another --model_dir")
     os.makedirs(model_dir, exist_ok=True)
     config.save(model_dir)
-    if not os.path.exists(vocab_path):
-        tmp = vocab_path + ".tmp"
-        with open(tmp, "wb") as f:
-            f.write(vocab_proto)
-        os.replace(tmp, vocab_path)
+    for name, proto in files.items():
+        vocab_path = os.path.join(model_dir, name)
+        if not os.path.exists(vocab_path):
+            tmp = vocab_path + ".tmp"
+            with open(tmp, "wb") as f:
+                f.write(proto)
+            os.replace(tmp, vocab_path)
 
 
 def write_init_from(model_dir: str, record: dict) -> None:
@@ -194,14 +244,13 @@ def write_averaged(model_dir: str, num_last: int, output_dir: str, build_model_f
     """Averages the last `num_last` checkpoints of `model_dir` (checkpoint="best": the
     `num_last` best) into a new model directory.
 
-    The output holds config.json, the vocabulary and one weights-only
+    The output holds config.json, the vocabularies and one weights-only
     checkpoint (numbered by the newest step averaged), so translate, evaluate
     and export accept it like a model_dir.
     """
     config, model, paths = load_model(model_dir, checkpoint, average_last=num_last,
                                       build_model_fn=build_model_fn)
-    with open(os.path.join(model_dir, VOCAB_FILE), "rb") as f:
-        prepare_model_dir(output_dir, config, f.read())
+    prepare_model_dir(output_dir, config, *read_vocabularies(model_dir))
     step = tf.Variable(max(int(p.rsplit("-", 1)[-1]) for p in paths), dtype=tf.int64)
     manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model, step=step), output_dir,
                                          max_to_keep=1, checkpoint_name="averaged")

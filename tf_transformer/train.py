@@ -8,12 +8,13 @@ first --dev_bleu_sentences pairs), MODEL_DIR/best/ keeps the --keep_best best an
 --early_stop=N stops after N evaluations without improvement. A loss flat at the level of
 a unigram model for --divergence_steps steps is reported as a `warning: diverged?` line.
 Paper recipes: --flagfile=tf_transformer/recipes/wmt14_en_de_base.flags (and _big, en_fr).
+One shared vocabulary by default; any of --source_vocab, --target_vocab, --source_vocab_size,
+--target_vocab_size gives each side its own (embeddings not shared): pairs in two scripts.
 Fine-tuning: --init_from=MODEL_DIR[:CHECKPOINT] starts a new --model_dir from a trained
 model's weights (fine_tuning.py), with a fresh optimizer and schedule.
 """
 
 import dataclasses
-import os
 import sys
 
 from absl import app, flags, logging
@@ -29,6 +30,22 @@ flags.DEFINE_string("dev_data", None,
 flags.DEFINE_string("vocab", None, "SentencePiece model; default: MODEL_DIR/vocab.model, "
                     "trained from --train_data if missing.")
 flags.DEFINE_integer("vocab_size", 8000, "Size of a vocabulary trained on the spot.")
+flags.DEFINE_bool("byte_fallback", True,
+                  "Vocabularies trained on the spot have SentencePiece byte fallback: a "
+                  "character without a piece becomes its UTF-8 byte pieces, never <unk>.")
+flags.DEFINE_string("source_vocab", None,
+                    "Separate vocabularies (embeddings not shared): the source side's "
+                    "SentencePiece model; default: MODEL_DIR/source_vocab.model, trained from "
+                    "the sources if missing.")
+flags.DEFINE_string("target_vocab", None,
+                    "Separate vocabularies: the target side's; default: "
+                    "MODEL_DIR/target_vocab.model, trained from the targets if missing.")
+flags.DEFINE_integer("source_vocab_size", None,
+                     "Separate vocabularies: size of a source vocabulary trained on the spot; "
+                     "default: --vocab_size.")
+flags.DEFINE_integer("target_vocab_size", None,
+                     "Separate vocabularies: size of a target vocabulary trained on the spot; "
+                     "default: --vocab_size.")
 flags.DEFINE_string("init_from", None,
                     "Fine-tune: MODEL_DIR[:CHECKPOINT] (CHECKPOINT: best, a checkpoint path or a "
                     "name in MODEL_DIR such as ckpt-300; default: the latest) whose weights start "
@@ -63,13 +80,20 @@ FLAGS = flags.FLAGS
 def main(argv):
     del argv
     process_defaults.apply()  # before TensorFlow's import
+    request = vocabulary_request()
+    if FLAGS.vocab and request.separate:
+        raise app.UsageError("--vocab is one shared vocabulary: give --source_vocab and "
+                             "--target_vocab (or sizes) for separate ones")
+    if FLAGS.init_from and request.separate:
+        raise app.UsageError("--init_from keeps the source model's vocabularies (or remaps a "
+                             "new shared --vocab): no separate vocabulary flags")
     init_from = flags_lib.init_from_flags() if FLAGS.init_from else None  # before TensorFlow
 
     import tensorflow as tf
 
     from tf_transformer import model_dir as model_dir_lib
-    from tf_transformer.inputs import corpus, packing, pipeline, streamed
-    from tf_transformer.training import distribution, divergence, precision, selection
+    from tf_transformer.inputs import corpus, packing, pipeline, streamed, tokenizer
+    from tf_transformer.training import distribution, divergence, precision, vocabularies
     from tf_transformer.training.evaluators import dev_loss_fn
     from tf_transformer.training.trainer import NonFiniteLossError, Trainer
 
@@ -80,10 +104,14 @@ def main(argv):
                  strategy.num_replicas_in_sync)
 
     train_corpus = streamed.open_corpus(FLAGS.train_data)
-    tok = shared_vocabulary(train_corpus, distribution.is_chief(strategy),
-                            init_from.model_dir if init_from else None)
-    config = flags_lib.with_vocab_size(
-        init_from.config if init_from else flags_lib.config_from_flags(), tok.vocab_size)
+    tok = vocabularies.vocabularies(request, FLAGS.model_dir, train_corpus,
+                                    distribution.is_chief(strategy),
+                                    init_from.model_dir if init_from else None)
+    source_tok, target_tok = tokenizer.sides(tok)
+    separate = source_tok is not target_tok
+    config = flags_lib.with_vocab_size(init_from.config if init_from else
+                                       flags_lib.config_from_flags(), target_tok.vocab_size,
+                                       source_tok.vocab_size if separate else None)
     units, gpus = precision.cpu_matrix_units(), len(tf.config.list_logical_devices("GPU"))
     config = precision.resolve(config, units, gpus)
     logging.info("training dtype %s; CPU matrix units: %s", config.train.dtype,
@@ -91,7 +119,8 @@ def main(argv):
     for warning in precision.warnings(config.train.dtype, units, gpus):
         logging.warning("%s", warning)
     if distribution.is_chief(strategy):
-        model_dir_lib.prepare_model_dir(FLAGS.model_dir, config, tok.model_proto)
+        model_dir_lib.prepare_model_dir(FLAGS.model_dir, config, source_tok.model_proto,
+                                        target_tok.model_proto if separate else None)
     logging.info("config:\n%s", config.to_json())
 
     evaluate_fn = None
@@ -114,14 +143,16 @@ def main(argv):
 
     unigram = None
     if config.train.divergence_steps:
-        unigram = divergence.corpus_unigram_loss(train_corpus, tok, config.train.label_smoothing)
+        unigram = divergence.corpus_unigram_loss(train_corpus, target_tok,
+                                                 config.train.label_smoothing)
         print_progress(f"unigram_loss={unigram:.4f} (a loss flat at this level: diverged)")
     trainer = Trainer(config, FLAGS.model_dir, strategy, peak_tflops=FLAGS.peak_tflops)
     if init_from:
         from tf_transformer import fine_tuning
         with strategy.scope():
             record = fine_tuning.start(trainer.model, FLAGS.model_dir, init_from.model_dir,
-                                       init_from.checkpoint, tok.model_proto,
+                                       init_from.checkpoint,
+                                       None if separate else source_tok.model_proto,
                                        distribution.is_chief(strategy))
         print_progress("init_from " + " ".join(f"{k}={v}" for k, v in record.items())
                        if record else "init_from: resuming --model_dir's checkpoint")
@@ -137,25 +168,13 @@ def main(argv):
                    + (model_dir_lib.best_summary(FLAGS.model_dir) if evaluate_fn else ""))
 
 
-def shared_vocabulary(train_corpus, chief: bool, source_dir: str | None = None):
-    """--vocab, or MODEL_DIR/vocab.model, or with --init_from (`source_dir`) the source's;
-    else MODEL_DIR/vocab.model trained by the chief while the other workers wait."""
-    from tf_transformer.inputs import tokenizer
-    from tf_transformer import model_dir as model_dir_lib
-    from tf_transformer.training import distribution
-
-    vocab_path = FLAGS.vocab or os.path.join(FLAGS.model_dir, model_dir_lib.VOCAB_FILE)
-    if source_dir and not os.path.exists(vocab_path):
-        vocab_path = os.path.join(source_dir, model_dir_lib.VOCAB_FILE)
-    if not os.path.exists(vocab_path):
-        if chief:
-            logging.info("training a %d-piece vocabulary into %s", FLAGS.vocab_size, vocab_path)
-            os.makedirs(os.path.dirname(vocab_path) or ".", exist_ok=True)
-            tokenizer.train_sentencepiece(train_corpus, FLAGS.vocab_size, vocab_path + ".tmp")
-            os.replace(vocab_path + ".tmp", vocab_path)
-        else:
-            distribution.wait_for_file(vocab_path)
-    return tokenizer.Tokenizer(vocab_path)
+def vocabulary_request():
+    """The vocabulary flags, as training/vocabularies.py takes them."""
+    from tf_transformer.training.vocabularies import VocabularyRequest
+    return VocabularyRequest(
+        shared=FLAGS.vocab, size=FLAGS.vocab_size, byte_fallback=FLAGS.byte_fallback,
+        source=FLAGS.source_vocab, target=FLAGS.target_vocab,
+        source_size=FLAGS.source_vocab_size, target_size=FLAGS.target_vocab_size)
 
 
 def print_progress(line: str) -> None:

@@ -156,10 +156,14 @@ def test_over_length_pairs_are_counted_as_they_stream(tmp_path, embedded_corpus,
 
 def test_sentencepiece_samples_a_streamed_corpus(tmp_path):
     data = streamed.open_corpus(head(tmp_path, 1000))
-    first = tokenizer.train_sentencepiece(data, 300)
-    assert first == tokenizer.train_sentencepiece(data, 300)  # seeded sample
-    sampled = tokenizer.train_sentencepiece(data, 300, max_sentences=200)
-    assert sampled != first and tokenizer.Tokenizer(sampled).vocab_size == 300
+    first = tokenizer.train_sentencepiece(data, 400)
+    assert first == tokenizer.train_sentencepiece(data, 400)  # seeded sample
+    sampled = tokenizer.train_sentencepiece(data, 400, max_sentences=200)
+    assert sampled != first and tokenizer.Tokenizer(sampled).vocab_size == 400
+    sources = tokenizer.Tokenizer(tokenizer.train_sentencepiece(data, 400, side="source"))
+    german = tf.constant(["Öffnen Sie die Datei über das Menü."])
+    assert (sources.tokenize(german).flat_values.shape[0]  # no German merges in it
+            > tokenizer.Tokenizer(first).tokenize(german).flat_values.shape[0])
     ids = tokenizer.Tokenizer(first).tokenize(tf.constant(["Open the file."]))
     assert np.all(ids.flat_values.numpy() > 3)
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tf_transformer.config import BOS_ID, EOS_ID, PAD_ID
+from tf_transformer.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from tf_transformer.search.beam_search import (
     BeamCache,
     BeamSearchResult,
@@ -335,3 +335,29 @@ def test_rejects_bad_arguments():
         beam_search(cached_fn, cache, beam_size=0, **kwargs)
     with pytest.raises(ValueError, match="special ids"):
         beam_search(cached_fn, cache, beam_size=2, **{**kwargs, "vocab_size": 3})
+
+
+def test_never_ids_are_never_generated():
+    """The Translator's <unk> under a byte-fallback vocabulary: forbidden as PAD and BOS are,
+    the other hypotheses searched and scored as before (log-probs not renormalized)."""
+    tables = make_tables(13, 2)
+    tables[..., UNK_ID] += 3.0  # the model prefers <unk>
+
+    @functools.lru_cache(maxsize=None)
+    def decoder(beam, never_ids):
+        @tf.function(input_signature=[TABLE_SPEC])
+        def decode(tables):
+            initial = TableCache(memory=tables, sum=tf.zeros([tf.shape(tables)[0]], tf.int32))
+            return beam_search(cached_fn, initial, vocab_size=VOCAB, beam_size=beam, alpha=0.6,
+                               max_lengths=tf.constant([4, 4]), nbest=2, never_ids=never_ids)
+        return lambda: BeamSearchResult(*(r.numpy() for r in decode(tf.constant(tables))))
+
+    assert any(UNK_ID in tokens for b in range(2) for tokens in outputs(decoder(4, ())(), b))
+    beam4, exact = decoder(4, (UNK_ID,))(), decoder(128, (UNK_ID,))()
+    for b in range(2):
+        assert all(UNK_ID not in tokens for tokens in outputs(beam4, b))
+        np.testing.assert_allclose(beam4.scores[b], [reference_score(tables[b], tokens, 0.6)
+                                                     for tokens in outputs(beam4, b)], rtol=1e-5)
+        expected = [o for o in exhaustive(tables[b], 4, 0.6) if UNK_ID not in o[1]][:2]
+        assert outputs(exact, b) == [tokens for _, tokens in expected]
+        np.testing.assert_allclose(exact.scores[b], [s for s, _ in expected], rtol=1e-5)

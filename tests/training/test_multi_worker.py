@@ -40,9 +40,9 @@ def test_time_budget_ends_both_workers_with_one_checkpoint(tmp_path, train_tsv):
     # No vocabulary yet: the chief trains it into model_dir, the other worker waits.
     vocab = str(tmp_path / "run" / "vocab.model")
     model_dir, processes = _workers(tmp_path, train_tsv, vocab, "--max_minutes=0.05",
-                                    "--vocab_size=300")
+                                    "--vocab_size=400")
     step, done, outputs = _finish(processes)
-    assert "training a 300-piece vocabulary" in outputs[0]
+    assert "training a 400-piece vocabulary" in outputs[0]
     # The other worker never trains one: it waits for the chief's file, or (when it starts
     # after the chief has written it, as under a loaded machine) finds it there.
     assert "-piece vocabulary" not in outputs[1]

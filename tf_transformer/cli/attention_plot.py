@@ -106,12 +106,13 @@ def plot_translation(translator: Translator, sentence: str, path: str) -> str:
     target_in = np.concatenate([[BOS_ID], output[:-1]]).astype(np.int32)[np.newaxis]
     maps = attention_maps(translator.model, source, tf.constant(target_in))
 
-    def pieces(ids):
+    def pieces(ids, tokenizer):
         return [p.decode("utf-8", errors="replace")
-                for p in translator.tokenizer.id_to_piece(tf.constant(ids, tf.int32)).numpy()]
+                for p in tokenizer.id_to_piece(tf.constant(ids, tf.int32)).numpy()]
 
-    target_pieces = pieces(output)  # the token each query predicts, EOS included
+    # the token each query predicts, EOS included
+    target_pieces = pieces(output, translator.target_tokenizer)
     if length and output[-1] != EOS_ID:
         target_pieces[-1] += " (max length)"
-    return plot_attention(maps, pieces(source[0].numpy()), target_pieces, path,
-                          title=f"source: {sentence[:80]}")
+    return plot_attention(maps, pieces(source[0].numpy(), translator.tokenizer), target_pieces,
+                          path, title=f"source: {sentence[:80]}")

@@ -32,6 +32,8 @@ class ModelSearch:
       max_target_length: output tokens at most, EOS included (max_positions).
       decode_step: the search's symbols_to_logits_fn; default the model's
         decode_step on its step kernels (tools wrap it to count steps).
+      never_ids: token ids the search never generates besides PAD and BOS
+        (<unk> for a target vocabulary with byte fallback).
     """
 
     model: Transformer
@@ -39,6 +41,7 @@ class ModelSearch:
     max_source_length: int
     max_target_length: int
     decode_step: SymbolsToLogitsFn | None = None
+    never_ids: tuple[int, ...] = ()
 
     @property
     def kernels(self) -> kernels.InferenceKernels:
@@ -59,7 +62,7 @@ class ModelSearch:
         return BeamSearch(self.step_fn(), vocab_size=self.model.vocab_size,
                           beam_size=self.beam_size, alpha=alpha, nbest=nbest,
                           max_lengths=self.max_lengths(source_ids, extra_length),
-                          max_decode_length=max_decode_length)
+                          max_decode_length=max_decode_length, never_ids=self.never_ids)
 
     def run(self, source_ids, alpha, extra_length, nbest: int) -> BeamSearchResult:
         """One graph-mode search over the whole batch: the cache grows by chunks,

@@ -1,6 +1,7 @@
 """The one strings-to-strings translation path (section 6.1 decoding).
 
-`Translator` is a `tf.Module` holding the Keras model, the `Tokenizer` and the
+`Translator` is a `tf.Module` holding the Keras model, the `Tokenizer` (or a
+`TokenizerPair`: the source side's tokenizes, the target side's detokenizes) and the
 decoding settings. Its `tf.function` methods, each with an input signature,
 tokenize, beam-search and detokenize inside the graph, so evaluation, the
 translate binary and the exported SavedModel run the same graph (the export
@@ -16,6 +17,9 @@ each invalid byte run to <unk> (see tokenizer.py). An input with no tokens
 Target side: at most `source_length + extra_length` tokens, EOS included
 (source_length counts the source's tokens, EOS included), capped at the model's
 `max_positions` so decoding positions stay inside a learned position table.
+With a target vocabulary with byte fallback, the search never generates <unk>
+(as it never generates PAD or BOS): every character has pieces, so <unk> is
+never a correct output, and it would detokenize to " ⁇ ".
 
 `beam_size` (shapes depend on it) and `nbest` are fixed at construction; `alpha`
 and `extra_length` may be overridden per call: a negative value, the default,
@@ -37,7 +41,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import os
 from typing import Sequence
 
 import numpy as np
@@ -45,11 +48,12 @@ import tensorflow as tf
 from absl import logging
 
 from tf_transformer import model_dir as model_dir_lib
-from tf_transformer.config import EOS_ID, PAD_ID, Config, DecodeConfig
+from tf_transformer.config import EOS_ID, PAD_ID, UNK_ID, Config, DecodeConfig
 from tf_transformer.decoding import signatures
 from tf_transformer.decoding.compiled_search import LENGTH_BUCKET, CompiledSearch  # noqa: F401
 from tf_transformer.decoding.model_search import ModelSearch
-from tf_transformer.inputs.tokenizer import Tokenizer
+from tf_transformer.inputs import tokenizer as tokenizer_lib
+from tf_transformer.inputs.tokenizer import Tokenizer, TokenizerPair
 from tf_transformer.model.transformer import Transformer
 from tf_transformer.search.beam_search import BeamSearchResult
 from tf_transformer.search.state import SymbolsToLogitsFn
@@ -66,7 +70,9 @@ class Translator(tf.Module):
 
     Args:
       model: a built Transformer (inference only: no dropout is applied).
-      tokenizer: the model's shared vocabulary.
+      tokenizer: the model's shared vocabulary, or a TokenizerPair (source,
+        target). `tokenizer` then names the source side's, `target_tokenizer`
+        the target side's (the same object when shared).
       decode_config: beam_size and nbest (fixed), alpha and extra_length (defaults).
       max_source_length: source tokens the model accepts, EOS included
         (config.data.max_length); capped at model.max_positions.
@@ -74,14 +80,15 @@ class Translator(tf.Module):
         (model_search.py); tools wrap it to count steps.
     """
 
-    def __init__(self, model: Transformer, tokenizer: Tokenizer, decode_config: DecodeConfig,
+    def __init__(self, model: Transformer, tokenizer: Tokenizer | TokenizerPair,
+                 decode_config: DecodeConfig,
                  max_source_length: int, name: str | None = None,
                  decode_step: SymbolsToLogitsFn | None = None):
         super().__init__(name=name)
         if max_source_length < 2:
             raise ValueError("max_source_length must leave room for one token and EOS")
         self.model = model
-        self.tokenizer = tokenizer
+        self.tokenizer, self.target_tokenizer = tokenizer_lib.sides(tokenizer)
         self.beam_size = int(decode_config.beam_size)
         self.nbest = int(decode_config.nbest)
         self.alpha = float(decode_config.alpha)
@@ -91,8 +98,9 @@ class Translator(tf.Module):
         self.jit_compile = bool(decode_config.jit_compile)
         self.parallel_searches = int(decode_config.parallel_searches)
         self.dtype = str(model.compute_dtype)  # of the weights' products (DecodeConfig.dtype)
+        never_ids = (UNK_ID,) if self.target_tokenizer.byte_fallback else ()
         self.model_search = ModelSearch(model, self.beam_size, self.max_source_length,
-                                        self.max_target_length, decode_step)
+                                        self.max_target_length, decode_step, never_ids)
         self._compiled = CompiledSearch(self.model_search)
         # One graph-mode search function per nbest, called by every signature and by
         # every part of a batch: the SavedModel holds one copy of the loop per nbest,
@@ -114,7 +122,7 @@ class Translator(tf.Module):
         config, model, paths = model_dir_lib.load_model(model_dir, checkpoint, average_last,
                                                         dtype=decode_config.dtype)
         logging.info("restored %s", ", ".join(paths))
-        tokenizer = Tokenizer(os.path.join(model_dir, model_dir_lib.VOCAB_FILE))
+        tokenizer = tokenizer_lib.load(*model_dir_lib.vocab_paths(model_dir))
         translator = cls(model, tokenizer, decode_config, config.data.max_length)
         translator.checkpoint_paths = tuple(paths)
         return translator
@@ -215,7 +223,7 @@ class Translator(tf.Module):
                              self._extra(extra_length), nbest)
         batch = tf.shape(result.ids)[0]
         flat = tf.reshape(result.ids, tf.stack([batch * nbest, -1]))
-        strings = tf.reshape(self.tokenizer.detokenize(flat), tf.stack([batch, nbest]))
+        strings = tf.reshape(self.target_tokenizer.detokenize(flat), tf.stack([batch, nbest]))
         empty = empty[:, tf.newaxis]
         return (tf.where(empty, "", strings), tf.where(empty, 0.0, result.scores),
                 tf.where(empty, 0, result.lengths))

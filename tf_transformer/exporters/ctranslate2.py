@@ -34,22 +34,26 @@ blocks of d_k inside each of Q, K, V):
       the stacks' final norms).
 
 Vocabulary: the SentencePiece pieces in id order, for source and target
-(saved once, as shared_vocabulary.json). CTranslate2 finds its special tokens
+(saved once, as shared_vocabulary.json; with separate vocabularies each side's,
+as source_vocabulary.json and target_vocabulary.json, the encoder's embeddings
+from the source embedding table). CTranslate2 finds its special tokens
 by name in that list (config unk_token "<unk>", bos_token and
 decoder_start_token "<s>", eos_token "</s>"), so they resolve to our ids
 (unk 1, BOS 2, EOS 3); `add_source_eos` appends EOS to every source as our
 input pipeline and Translator do. CTranslate2 has no padding token: it masks
 by sequence length, so <pad> (id 0) is an ordinary entry that it never reads.
 The SentencePiece model travels in the output directory as
-`sentencepiece.model`.
+`sentencepiece.model` (separate ones as `source_sentencepiece.model` and
+`target_sentencepiece.model`).
 
 Decoding differences (see `translate_options`, which covers the first two):
 CTranslate2 does not forbid <pad> and <s> as our beam search does (pass them
-as suppress_sequences); by default it forbids EOS as the first token, an
-empty output that our search allows (pass min_decoding_length=0); its length
-penalty is score / length**alpha, not GNMT's score / ((5 + length) / 6)**alpha
-(the same length, EOS included), so beam search with alpha > 0 may pick other
-hypotheses (pinned in the tests).
+as suppress_sequences, with <unk> for a target vocabulary with byte
+fallback, which our search never generates either); by default it forbids
+EOS as the first token, an empty output that our search allows (pass
+min_decoding_length=0); its length penalty is score / length**alpha, not
+GNMT's score / ((5 + length) / 6)**alpha (the same length, EOS included), so
+beam search with alpha > 0 may pick other hypotheses (pinned in the tests).
 """
 
 from __future__ import annotations
@@ -62,6 +66,7 @@ import numpy as np
 import tensorflow as tf
 
 from tf_transformer.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID, DecodeConfig
+from tf_transformer.inputs.tokenizer import has_byte_fallback
 from tf_transformer.model import Transformer
 from tf_transformer.model.layers import SelfAttention
 from tf_transformer import model_dir as model_dir_lib
@@ -75,6 +80,8 @@ except ImportError as error:  # an optional dependency: say how to get it
                       "(pip install ctranslate2==4.8.5)") from error
 
 SENTENCEPIECE_FILE = "sentencepiece.model"
+SOURCE_SENTENCEPIECE_FILE = "source_sentencepiece.model"
+TARGET_SENTENCEPIECE_FILE = "target_sentencepiece.model"
 METADATA_FILE = "tf_transformer_export.json"
 SPECIAL_PIECES = {PAD_ID: "<pad>", UNK_ID: "<unk>", BOS_ID: "<s>", EOS_ID: "</s>"}
 
@@ -98,13 +105,17 @@ class TransformerConverter(Converter):
 
     Args:
       model: the Transformer.
-      pieces: the vocabulary in id order (vocabulary_pieces).
+      pieces: the vocabulary in id order (vocabulary_pieces): the shared one, or
+        the target side's when `source_pieces` are given.
       extra_files: {name in the output directory: path} copied alongside.
+      source_pieces: a separate source vocabulary (embeddings not shared).
     """
 
-    def __init__(self, model: Transformer, pieces: list[str], extra_files: dict | None = None):
+    def __init__(self, model: Transformer, pieces: list[str], extra_files: dict | None = None,
+                 source_pieces: list[str] | None = None):
         self._model = model
         self._pieces = pieces
+        self._source_pieces = pieces if source_pieces is None else source_pieces
         self._extra_files = extra_files or {}
 
     def _load(self):
@@ -113,10 +124,11 @@ class TransformerConverter(Converter):
             raise NotImplementedError(
                 f"CTranslate2 needs d_k = d_v = d_model / h; this model has d_k={m.d_k}, "
                 f"d_v={m.d_v}, d_model={m.d_model}, h={m.num_heads}")
-        if len(self._pieces) != m.vocab_size or (
-                not m.share_embeddings and m.source_vocab_size not in (0, m.vocab_size)):
-            raise ValueError(f"vocabulary of {len(self._pieces)} pieces for a model of "
-                             f"{m.vocab_size} (source {m.source_vocab_size or m.vocab_size})")
+        source_size = m.vocab_size if m.share_embeddings else (m.source_vocab_size or m.vocab_size)
+        if (len(self._pieces), len(self._source_pieces)) != (m.vocab_size, source_size):
+            raise ValueError(f"vocabularies of {len(self._source_pieces)} (source) and "
+                             f"{len(self._pieces)} (target) pieces for a model of "
+                             f"{source_size} and {m.vocab_size}")
         encoder = transformer_spec.TransformerEncoderSpec(
             m.num_layers, m.num_heads, pre_norm=m.pre_norm,
             activation=common_spec.Activation.RELU)
@@ -131,7 +143,7 @@ class TransformerConverter(Converter):
         spec.config.decoder_start_token = SPECIAL_PIECES[BOS_ID]
         spec.config.add_source_bos = False
         spec.config.add_source_eos = True  # source = tokens + [EOS], as in training
-        spec.register_source_vocabulary(self._pieces)
+        spec.register_source_vocabulary(self._source_pieces)
         spec.register_target_vocabulary(self._pieces)
         for name, path in self._extra_files.items():
             spec.register_file(path, name)
@@ -203,35 +215,48 @@ def export_ctranslate2(model_dir: str, output_dir: str, checkpoint: str | None =
       model_dir: our model directory (config.json, vocab.model, checkpoints).
       output_dir: created (replaced with `force`): model.bin, config.json,
         shared_vocabulary.json, sentencepiece.model and tf_transformer_export.json
-        (checkpoints used, our config, suggested decoding options).
+        (checkpoints used, our config, suggested decoding options); with
+        separate vocabularies source_ and target_vocabulary.json and
+        source_ and target_sentencepiece.model instead.
       checkpoint, average_last: which weights, as in the SavedModel export.
       quantization: CTranslate2's weight type (None keeps float32; "int8",
         "int8_float32", "int16", "float16", "bfloat16", ...). Any type can also
         be chosen at load time with ctranslate2.Translator(compute_type=...).
     """
     config, model, paths = model_dir_lib.load_model(model_dir, checkpoint, average_last or 0)
-    vocab_path = os.path.join(model_dir, model_dir_lib.VOCAB_FILE)
+    source_vocab, target_vocab = model_dir_lib.vocab_paths(model_dir)
+    with open(target_vocab, "rb") as f:
+        forbid_unk = has_byte_fallback(f.read())  # as the Translator's search
     metadata = {"model_dir": os.path.abspath(model_dir),
                 "checkpoints": [os.path.abspath(p) for p in paths],
                 "averaged": len(paths) if average_last else 0,
                 "quantization": quantization or "float32",
                 "ctranslate2_version": ctranslate2.__version__,
-                "translate_options": translate_options(config.decode, config.data.max_length),
+                "translate_options": translate_options(config.decode, config.data.max_length,
+                                                       forbid_unk),
                 "config": json.loads(config.to_json())}
     with tempfile.TemporaryDirectory() as tmp:
         metadata_path = os.path.join(tmp, METADATA_FILE)
         with open(metadata_path, "w") as f:
             json.dump(metadata, f, indent=2, sort_keys=True)
+        if source_vocab == target_vocab:
+            files, source_pieces = {SENTENCEPIECE_FILE: target_vocab}, None
+        else:
+            files = {SOURCE_SENTENCEPIECE_FILE: source_vocab,
+                     TARGET_SENTENCEPIECE_FILE: target_vocab}
+            source_pieces = vocabulary_pieces(source_vocab)
         converter = TransformerConverter(
-            model, vocabulary_pieces(vocab_path),
-            extra_files={SENTENCEPIECE_FILE: vocab_path, METADATA_FILE: metadata_path})
+            model, vocabulary_pieces(target_vocab), {**files, METADATA_FILE: metadata_path},
+            source_pieces=source_pieces)
         return converter.convert(output_dir, quantization=quantization, force=force)
 
 
-def translate_options(decode: DecodeConfig, max_source_length: int | None = None) -> dict:
+def translate_options(decode: DecodeConfig, max_source_length: int | None = None,
+                      forbid_unk: bool = False) -> dict:
     """Keyword arguments of ctranslate2.Translator.translate_batch closest to our decoding.
 
-    Same: beam size, n-best, PAD and BOS never generated, EOS not returned,
+    Same: beam size, n-best, PAD and BOS never generated (and <unk> with
+    `forbid_unk`, as our search does for a byte-fallback vocabulary), EOS not returned,
     EOS allowed first (an empty output, as in our search; CTranslate2's default
     min_decoding_length=1 forbids it and would pick another first token).
     Different: `length_penalty` is alpha in CTranslate2's score / length**alpha
@@ -241,7 +266,8 @@ def translate_options(decode: DecodeConfig, max_source_length: int | None = None
     """
     options = {"beam_size": decode.beam_size, "num_hypotheses": decode.nbest,
                "length_penalty": decode.alpha, "min_decoding_length": 0,
-               "suppress_sequences": [[SPECIAL_PIECES[PAD_ID]], [SPECIAL_PIECES[BOS_ID]]]}
+               "suppress_sequences": [[SPECIAL_PIECES[PAD_ID]], [SPECIAL_PIECES[BOS_ID]]]
+               + ([[SPECIAL_PIECES[UNK_ID]]] if forbid_unk else [])}
     if max_source_length:
         options["max_input_length"] = max_source_length
     return options

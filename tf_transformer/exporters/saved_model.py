@@ -22,8 +22,10 @@ SentencePiece: tensorflow-text's SentencepieceOp takes the serialized model as
 an op *attribute*, so the graph carries its own copy of the vocabulary; the
 same file is also shipped as the asset assets/vocab.model (for clients that
 tokenize themselves, and for operators) and `export_metadata.json` records its
-SHA-256. `embedded_sentencepiece_models` reads the copy out of the graph, so a
-test can check both are the same bytes.
+SHA-256 (with separate vocabularies, assets/source_vocab.model for tokenize and
+the translate signatures' input, assets/target_vocab.model for detokenize and
+their output, each with its SHA-256). `embedded_sentencepiece_models` reads
+the copies out of the graph, so a test can check both are the same bytes.
 """
 
 from __future__ import annotations
@@ -71,12 +73,17 @@ class ServingModule(tf.Module):
     `saved_model_cli run`) failed with "Could not find variable ...qkv_bias".
     """
 
-    def __init__(self, translator: Translator, vocab_path: str, metadata_path: str):
+    def __init__(self, translator: Translator, vocab_path: str | Sequence[str],
+                 metadata_path: str):
         super().__init__(name="serving")
         self._translator = _Untracked(translator)
         self.model_variables = [w.value for w in translator.model.weights]
         self.tokenizer = translator.tokenizer  # its SentencepieceOp resource
-        self.vocab = tf.saved_model.Asset(vocab_path)
+        if isinstance(vocab_path, str):
+            self.vocab = tf.saved_model.Asset(vocab_path)
+        else:  # separate vocabularies: (source, target)
+            self.target_tokenizer = translator.target_tokenizer
+            self.source_vocab, self.target_vocab = map(tf.saved_model.Asset, vocab_path)
         self.metadata = tf.saved_model.Asset(metadata_path)
         self.beam_size = tf.constant(translator.beam_size, name="beam_size")
         self.nbest = tf.constant(translator.nbest, name="nbest")
@@ -111,7 +118,7 @@ class ServingModule(tf.Module):
 
     @tf.function(input_signature=[signatures.OUT_IDS])
     def detokenize(self, ids):
-        return {"text": self.translator.tokenizer.detokenize(ids)}
+        return {"text": self.translator.target_tokenizer.detokenize(ids)}
 
     def signatures(self) -> dict:
         """The signatures as tf.functions, not concrete functions: `tf.saved_model.save`
@@ -134,22 +141,30 @@ SIGNATURES = ("serving_default", "translate", "translate_nbest", "translate_ids"
               "detokenize")
 
 
-def export(translator: Translator, export_dir: str, vocab_path: str, metadata: dict,
-           warmup_sentences: Sequence[str] = (), model_name: str = "transformer") -> str:
+def export(translator: Translator, export_dir: str, vocab_path: str | Sequence[str],
+           metadata: dict, warmup_sentences: Sequence[str] = (),
+           model_name: str = "transformer") -> str:
     """Writes the next version of `export_dir` and returns its path.
 
-    `metadata` (config, checkpoints, ...) is completed with the decode
+    `vocab_path`: the shared vocabulary's file, or (source, target) files
+    (model_dir.vocab_paths; one path twice is the shared one). `metadata`
+    (config, checkpoints, ...) is completed with the decode
     settings, signatures and versions and stored as assets/export_metadata.json.
     """
+    paths = [vocab_path] if isinstance(vocab_path, str) else list(dict.fromkeys(vocab_path))
     version, tmp = versions.claim_version(export_dir)
     final = os.path.join(export_dir, str(version))
     staging = tempfile.mkdtemp(prefix="export-staging-")
     try:
-        with open(vocab_path, "rb") as f:
-            vocab = f.read()
-        staged_vocab = os.path.join(staging, os.path.basename(vocab_path))
-        with open(staged_vocab, "wb") as f:
-            f.write(vocab)
+        hashes, staged_vocabs = {}, []
+        for path in paths:
+            with open(path, "rb") as f:
+                vocab = f.read()
+            staged_vocabs.append(os.path.join(staging, os.path.basename(path)))
+            with open(staged_vocabs[-1], "wb") as f:
+                f.write(vocab)
+            hashes[os.path.basename(path).replace(".model", "_sha256")] = \
+                hashlib.sha256(vocab).hexdigest()
         metadata = {
             **metadata,
             "version": version,
@@ -161,7 +176,7 @@ def export(translator: Translator, export_dir: str, vocab_path: str, metadata: d
                        "dtype": translator.dtype},
             "max_source_length": translator.max_source_length,
             "max_target_length": translator.max_target_length,
-            "vocab_sha256": hashlib.sha256(vocab).hexdigest(),
+            **hashes,  # vocab_sha256, or source_vocab_sha256 and target_vocab_sha256
             "signatures": list(SIGNATURES),
             "tensorflow": tf.__version__,
             "tensorflow_text": _tensorflow_text_version(),
@@ -169,7 +184,8 @@ def export(translator: Translator, export_dir: str, vocab_path: str, metadata: d
         staged_metadata = os.path.join(staging, METADATA_FILE)
         with open(staged_metadata, "w") as f:
             json.dump(metadata, f, indent=2, sort_keys=True)
-        module = ServingModule(translator, staged_vocab, staged_metadata)
+        module = ServingModule(translator, staged_vocabs[0] if len(staged_vocabs) == 1
+                               else staged_vocabs, staged_metadata)
         tf.saved_model.save(module, tmp, signatures=module.signatures())
         if warmup_sentences:
             warmup.write_warmup_requests(os.path.join(tmp, warmup.WARMUP_FILE), warmup_sentences,

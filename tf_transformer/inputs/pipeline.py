@@ -49,7 +49,7 @@ import tensorflow as tf
 from tf_transformer.config import BOS_ID, EOS_ID, PAD_ID, DataConfig
 from tf_transformer.inputs.corpus import Corpus
 from tf_transformer.inputs.streamed import StreamedCorpus, StreamTally
-from tf_transformer.inputs.tokenizer import Tokenizer
+from tf_transformer.inputs.tokenizer import Tokenizer, TokenizerPair, sides
 
 AUTOTUNE = tf.data.AUTOTUNE
 Transform = Callable[[tf.data.Dataset], tf.data.Dataset]
@@ -125,18 +125,22 @@ def from_corpus(corpus: Corpus | StreamedCorpus, shard: tuple[int, int] = (0, 1)
     })
 
 
-def tokenize(tokenizer: Tokenizer, truncate_to: int | None = None) -> Transform:
+def tokenize(tokenizer: Tokenizer | TokenizerPair, truncate_to: int | None = None) -> Transform:
     """String pairs -> batches of ragged int32 ids, TOKENIZE_BATCH pairs at a time.
+
+    Each side with its own vocabulary when `tokenizer` is a TokenizerPair (the
+    other functions here pass `tokenizer` on as they get it).
 
     Output: {"index", "source", "target_in", "target_out"}, ids ragged [n, (len)].
     Batching amortises the tokenizer call; the map runs in parallel.
     `truncate_to` cuts each side to that many tokens, EOS/BOS included.
     """
     keep = None if truncate_to is None else truncate_to - 1
+    source_tokenizer, target_tokenizer = sides(tokenizer)
 
     def encode(pairs):
-        x = tokenizer.tokenize(pairs["source"])
-        y = tokenizer.tokenize(pairs["target"])
+        x = source_tokenizer.tokenize(pairs["source"])
+        y = target_tokenizer.tokenize(pairs["target"])
         if keep is not None:
             x, y = x[:, :keep], y[:, :keep]
         eos = tf.fill([x.nrows(), 1], EOS_ID)

@@ -18,10 +18,11 @@ from tf_transformer.inputs.corpus import Corpus
 from tf_transformer.inputs.pipeline import (AUTOTUNE, TOKENIZE_BATCH, cut, drop_index,
                                             filter_max_length, from_corpus, pad_and_unbatch,
                                             tokenize)
-from tf_transformer.inputs.tokenizer import Tokenizer
+from tf_transformer.inputs.tokenizer import Tokenizer, TokenizerPair, sides
 
 
-def make_plain_dataset(corpus: Corpus, tokenizer: Tokenizer, data_config: DataConfig,
+def make_plain_dataset(corpus: Corpus, tokenizer: Tokenizer | TokenizerPair,
+                       data_config: DataConfig,
                        batch_size: int | None = None) -> tf.data.Dataset:
     """The baseline without bucketing, for comparison: one epoch, shuffled.
 
@@ -46,11 +47,14 @@ def make_plain_dataset(corpus: Corpus, tokenizer: Tokenizer, data_config: DataCo
     return dataset.prefetch(AUTOTUNE)
 
 
-def token_lengths(corpus: Corpus, tokenizer: Tokenizer) -> tuple[np.ndarray, np.ndarray]:
+def token_lengths(corpus: Corpus, tokenizer: Tokenizer | TokenizerPair
+                  ) -> tuple[np.ndarray, np.ndarray]:
     """Tokens per source and per target, without EOS/BOS: int64 [num_pairs] each."""
+    source_tokenizer, target_tokenizer = sides(tokenizer)
+
     def lengths(pairs):
-        return (tokenizer.tokenize(pairs["source"]).row_lengths(),
-                tokenizer.tokenize(pairs["target"]).row_lengths())
+        return (source_tokenizer.tokenize(pairs["source"]).row_lengths(),
+                target_tokenizer.tokenize(pairs["target"]).row_lengths())
 
     dataset = (from_corpus(corpus).batch(4 * TOKENIZE_BATCH)
                .map(lengths, num_parallel_calls=AUTOTUNE, deterministic=True))
@@ -58,7 +62,8 @@ def token_lengths(corpus: Corpus, tokenizer: Tokenizer) -> tuple[np.ndarray, np.
     return np.concatenate(source), np.concatenate(target)
 
 
-def count_over_length(corpus: Corpus, tokenizer: Tokenizer, max_length: int) -> int:
+def count_over_length(corpus: Corpus, tokenizer: Tokenizer | TokenizerPair,
+                      max_length: int) -> int:
     """Pairs a training pipeline skips: a side over max_length with its EOS/BOS."""
     source, target = token_lengths(corpus, tokenizer)
     return int(np.sum(np.maximum(source, target) + 1 > max_length))

@@ -155,12 +155,14 @@ class StreamedCorpus:
                     total[reason] = total.get(reason, 0) + n
         return dict(sorted(total.items()))
 
-    def texts(self) -> Iterator[str]:
-        """Both sides of each valid pair, read in Python as the file streams by."""
+    def texts(self, side: str | None = None) -> Iterator[str]:
+        """Both sides of each valid pair (or only `side`, "source" or "target"), read in
+        Python as the file streams by."""
+        keep = {None: slice(None), "source": slice(0, 1), "target": slice(1, 2)}[side]
         tally = corpus_lib.Tally(self.name, self.max_chars)
         for pair in self._scan(tally):
             if pair:
-                yield from pair
+                yield from pair[keep]
         skipped = tally.check()
         logging.info("%s: %d pairs read, skipped %s", self.name, tally.valid, skipped)
 

@@ -96,13 +96,15 @@ class BeamSearch:
       shrink: done sentences leave the working rows after each step
         (live_rows.py); default: unless max_decode_length is given (a static
         buffer asks for static shapes). The outputs are the same.
+      never_ids: more token ids never generated, as PAD and BOS (the Translator
+        passes <unk> for a vocabulary with byte fallback); default none.
     """
 
     def __init__(self, symbols_to_logits_fn: SymbolsToLogitsFn, *, vocab_size: int,
                  beam_size: int, alpha: float | tf.Tensor, max_lengths: tf.Tensor,
                  eos_id: int = EOS_ID, bos_id: int = BOS_ID, nbest: int = 1,
                  batch_size: int | None = None, max_decode_length: int | None = None,
-                 shrink: bool | None = None):
+                 shrink: bool | None = None, never_ids: tuple[int, ...] = ()):
         if beam_size < 1:
             raise ValueError(f"beam_size must be >= 1, got {beam_size}")
         if not 1 <= nbest <= beam_size:
@@ -121,7 +123,7 @@ class BeamSearch:
         self.batch_size, self.max_decode_length = batch_size, max_decode_length
         self.config = SearchConfig(symbols_to_logits_fn, vocab_size, beam_size,
                                    tf.cast(alpha, tf.float32), max_lengths, eos_id, bos_id,
-                                   nbest)
+                                   nbest, tuple(int(i) for i in never_ids))
 
     def start(self, initial_cache: Cache) -> BeamState:
         """The state after the first step: before it, one alive hypothesis (BOS) per

@@ -108,6 +108,8 @@ def _grow_alive(config: SearchConfig, state: BeamState, first: bool = False):
         log_probs = tf.concat([log_probs[:, tf.newaxis], dead], axis=1)
     # PAD marks the end of the buffer and BOS its start: never generate them.
     never = tf.logical_or(tf.range(vocab) == PAD_ID, tf.range(vocab) == config.bos_id)
+    for token in config.never_ids:  # <unk> under a byte-fallback vocabulary
+        never = tf.logical_or(never, tf.range(vocab) == token)
     log_probs = tf.where(never, NEG_INF, tf.reshape(log_probs, [-1, beam, vocab]))
     candidates = state.alive_log_probs[:, :, tf.newaxis] + log_probs  # [batch, beam, vocab]
     # tf.math.top_k's result, ties included, without sorting beam * vocab candidates.

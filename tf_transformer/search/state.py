@@ -75,3 +75,4 @@ class SearchConfig(NamedTuple):
     eos_id: int
     bos_id: int
     nbest: int
+    never_ids: tuple[int, ...] = ()  # never generated, besides PAD and BOS
