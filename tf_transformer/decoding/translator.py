@@ -98,7 +98,9 @@ class Translator(tf.Module):
         self.jit_compile = bool(decode_config.jit_compile)
         self.parallel_searches = int(decode_config.parallel_searches)
         self.dtype = str(model.compute_dtype)  # of the weights' products (DecodeConfig.dtype)
-        never_ids = (UNK_ID,) if self.target_tokenizer.byte_fallback else ()
+        # Without a tokenizer (ids in, ids out) no id is forbidden.
+        byte_fallback = self.target_tokenizer is not None and self.target_tokenizer.byte_fallback
+        never_ids = (UNK_ID,) if byte_fallback else ()
         self.model_search = ModelSearch(model, self.beam_size, self.max_source_length,
                                         self.max_target_length, decode_step, never_ids)
         self._compiled = CompiledSearch(self.model_search)
