@@ -354,15 +354,15 @@ def translate_sentences(translator: Translator, sentences: Sequence[str],
                decode_batch(tf.constant([sentences[i] for i in index], tf.string)).items()}
         texts, scores, lengths = out["translations"], out["scores"], out["lengths"]
         for row, i in enumerate(index):
-            alignments = target_tokens = None
+            aligned = target_tokens = None
             if "alignments" in out:
                 columns = out["source_lengths"][row]
-                alignments = [out["alignments"][row, n, :length, :columns]
-                              for n, length in enumerate(lengths[row])]
+                aligned = [out["alignments"][row, n, :length, :columns]
+                           for n, length in enumerate(lengths[row])]
                 target_tokens = [int(n) for n in out["target_tokens"][row]]
             results[i] = Translation(
                 texts=[t.decode("utf-8", errors="replace") for t in texts[row]],
                 scores=[float(s) for s in scores[row]], lengths=[int(n) for n in lengths[row]],
-                source_tokens=int(source_tokens[i]), alignments=alignments,
+                source_tokens=int(source_tokens[i]), alignments=aligned,
                 target_tokens=target_tokens)
     return results
