@@ -120,7 +120,7 @@ def sample(symbols_to_logits_fn: SymbolsToLogitsFn, initial_cache: Cache, *, voc
                             topp, temperature, seed, eos_id, bos_id)
     max_lengths = tf.maximum(tf.cast(max_lengths, tf.int32), 1)
     batch = tf.shape(max_lengths)[0]
-    width = tf.reduce_max(max_lengths) + 1
+    width = tf.maximum(tf.reduce_max(max_lengths), 1) + 1  # an empty batch too
     row = tf.where(tf.range(width) == 0, bos_id, PAD_ID)
     ids = tf.broadcast_to(row, tf.stack([batch, 1, width]))
     state = BeamState(
