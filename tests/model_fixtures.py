@@ -59,11 +59,12 @@ def tiny_config(vocab_size: int, seed: int = 1, **model_overrides) -> Config:
 
 
 def make_model_dir(path: str, tokenizer_proto: bytes, steps: int = 0, seed: int = 1,
-                   **model_overrides) -> str:
+                   pairs: corpus.Corpus | None = None, **model_overrides) -> str:
     """Writes a tiny model directory at `path` and returns `path`.
 
     steps=0 saves the randomly initialised weights (seeded) as ckpt-0;
-    otherwise the checkpoint is ckpt-<steps> of a short training run.
+    otherwise the checkpoint is ckpt-<steps> of a short training run on `pairs`
+    (default: NUM_PAIRS short pairs of the embedded corpus).
     `model_overrides` change ModelConfig fields (e.g. positions="learned").
     """
     vocab_size = Tokenizer(tokenizer_proto).vocab_size
@@ -73,8 +74,9 @@ def make_model_dir(path: str, tokenizer_proto: bytes, steps: int = 0, seed: int 
     if steps == 0:
         trainer.save()
         return path
-    pairs = corpus.read_tsv(TRAIN_TSV, max_chars=MAX_CHARS)
-    pairs = corpus.Corpus(pairs.sources[:NUM_PAIRS], pairs.targets[:NUM_PAIRS])
+    if pairs is None:
+        pairs = corpus.read_tsv(TRAIN_TSV, max_chars=MAX_CHARS)
+        pairs = corpus.Corpus(pairs.sources[:NUM_PAIRS], pairs.targets[:NUM_PAIRS])
     tokenizer = Tokenizer(tokenizer_proto)
 
     def dataset_fn(start_step):

@@ -56,7 +56,8 @@ def test_every_python_m_command_of_the_readme_runs_a_module_of_the_checkout():
 def test_the_documented_binaries_are_found():
     assert {"tf_transformer.train", "tf_transformer.translate", "tf_transformer.evaluate",
             "tf_transformer.average_checkpoints", "tf_transformer.summary",
-            "tf_transformer.presets", "export", "data.vocab", "data.corpus_stats"} <= set(BINARIES)
+            "tf_transformer.presets", "tf_transformer.score", "export", "data.vocab",
+            "data.corpus_stats"} <= set(BINARIES)
 
 
 @functools.lru_cache(maxsize=None)

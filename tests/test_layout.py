@@ -18,7 +18,7 @@ from tf_transformer import process_defaults
 
 PACKAGE = os.path.join(REPO_ROOT, "tf_transformer")
 BINARIES = ["tf_transformer.train", "tf_transformer.translate", "tf_transformer.evaluate",
-            "tf_transformer.average_checkpoints", "export.__main__"]
+            "tf_transformer.average_checkpoints", "tf_transformer.score", "export.__main__"]
 
 
 def _modules() -> dict[str, str]:

@@ -97,23 +97,28 @@ def define_restore_flags() -> None:
 
 
 def define_decode_flags(nbest_help: str | None, batch_size: bool = True,
-                        dtype: bool = True) -> None:
+                        dtype: bool = True, search: bool = True) -> None:
     """Decoding settings (section 6.1), by default the model directory's config.json ones;
     --nbest only with its binary's `nbest_help`, --batch_size only with `batch_size`,
-    --dtype (the Translator's) only with `dtype` (not beside the training --dtype)."""
-    flags.DEFINE_integer("beam_size", None, "Beam size k (1: greedy); default: config.json's.")
+    --dtype (the Translator's) only with `dtype` (not beside the training --dtype), the
+    search's own (--beam_size, --extra_length, --decode_jit_compile,
+    --parallel_searches) only with `search` (scoring has no search)."""
+    if search:
+        flags.DEFINE_integer("beam_size", None, "Beam size k (1: greedy); default: config.json's.")
     flags.DEFINE_float("alpha", None, "Length penalty exponent; default: config.json's.")
-    flags.DEFINE_integer("extra_length", None,
-                         "Max output length = source length + this; default: config.json's.")
+    if search:
+        flags.DEFINE_integer("extra_length", None,
+                             "Max output length = source length + this; default: config.json's.")
     if nbest_help:
         flags.DEFINE_integer("nbest", None, nbest_help)
     if batch_size:
         flags.DEFINE_integer("batch_size", None, "Sentences per batch; default: config.json's.")
-    flags.DEFINE_bool("decode_jit_compile", None,
-                      "Compile the beam search with XLA; default: config.json's (off).")
-    flags.DEFINE_integer("parallel_searches", None,
-                         "Graph mode: search a batch of at least 8 sentences per search as "
-                         "this many sub-batches side by side; default: config.json's (2).")
+    if search:
+        flags.DEFINE_bool("decode_jit_compile", None,
+                          "Compile the beam search with XLA; default: config.json's (off).")
+        flags.DEFINE_integer("parallel_searches", None,
+                             "Graph mode: search a batch of at least 8 sentences per search as "
+                             "this many sub-batches side by side; default: config.json's (2).")
     if dtype:
         flags.DEFINE_enum("dtype", None, list(DECODE_DTYPES),
                           "Weights and matrix products of the search: float32, or bfloat16 "

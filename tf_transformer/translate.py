@@ -11,6 +11,15 @@ training with --dev_data); with --average_last=N, the mean of the N best.
 Bad lines never stop the run: invalid UTF-8 bytes become U+FFFD, an empty line
 translates to an empty line, an over-long line is truncated to the model's
 maximum source length; each kind is logged as a warning at the end.
+
+Sampling instead of the beam (back-translation): any --sampling_* flag draws one
+output per line (top-k, then nucleus top-p, at a temperature; --seed reproduces
+them for the same input and batch size). --with_alignments=hard|soft appends
+`<TAB>alignment` to each output line: hard as Pharaoh `i-j` pairs (source token i,
+target token j, SentencePiece tokens from 0), soft as the matrix (per target token,
+comma-separated weights over the source tokens and EOS; tokens separated by
+spaces). --replace_unknown_target replaces each <unk> of the output by the source
+text it aligns to.
 """
 
 import sys
@@ -33,8 +42,23 @@ flags.DEFINE_bool("progress", None,
                   "Progress lines on stderr (sentences, sentences/s); default: on with --input.")
 flags.DEFINE_string("plot_attention", None,
                     "Write attention heat maps of the first line to this PNG; default: none.")
+flags.DEFINE_integer("sampling_topk", None,
+                     "Sample (one output per line) from the K most probable tokens (0: all); "
+                     "default: no sampling, unless another --sampling_* flag is set.")
+flags.DEFINE_float("sampling_topp", None,
+                   "Sample from the smallest set of most probable tokens with probability >= P "
+                   "(0 or 1: all); default: no sampling, unless another --sampling_* is set.")
+flags.DEFINE_float("sampling_temperature", None,
+                   "Sample at this temperature (log-probs / T); default: 1 when sampling.")
+flags.DEFINE_integer("seed", 0, "Seed of the sampling draws.")
+flags.DEFINE_enum("with_alignments", None, ["hard", "soft"],
+                  "Append <TAB>alignment to each output: hard (Pharaoh i-j) or soft (the "
+                  "matrix); default: none.")
+flags.DEFINE_bool("replace_unknown_target", False,
+                  "Replace each <unk> of the output by the source text it aligns to.")
 flags.adopt_module_key_flags(flags_lib)
 FLAGS = flags.FLAGS
+SAMPLING_FLAGS = ("sampling_topk", "sampling_topp", "sampling_temperature")
 
 
 def main(argv):
@@ -42,7 +66,22 @@ def main(argv):
     process_defaults.apply()  # before TensorFlow's import
     from tf_transformer.cli import streaming
 
+    sampling = any(FLAGS[name].value is not None for name in SAMPLING_FLAGS)
+    if sampling and (FLAGS.nbest is not None or FLAGS.with_alignments
+                     or FLAGS.replace_unknown_target):
+        raise app.UsageError("sampling draws one output: no --nbest, --with_alignments or "
+                             "--replace_unknown_target")
+    from tf_transformer.cli import decoders
+
     translator, decode = flags_lib.translator_from_flags()
+    decode_batch = None
+    if sampling:
+        decode_batch = decoders.sampling(
+            translator, FLAGS.sampling_topk or 0, FLAGS.sampling_topp or 0.0,
+            FLAGS.sampling_temperature or 1.0, FLAGS.seed)
+    elif FLAGS.with_alignments or FLAGS.replace_unknown_target:
+        decode_batch = decoders.with_alignments(translator, FLAGS.nbest is not None,
+                                                FLAGS.replace_unknown_target)
     show_progress = FLAGS.progress if FLAGS.progress is not None else bool(FLAGS.input)
     progress = streaming.Progress("translate") if show_progress else None
     source = open(FLAGS.input, "rb") if FLAGS.input else sys.stdin.buffer
@@ -50,7 +89,8 @@ def main(argv):
     try:
         summary = streaming.translate_stream(
             translator, source, out, batch_size=decode.batch_size, chunk_size=FLAGS.chunk_size,
-            nbest=FLAGS.nbest is not None, progress=progress)
+            nbest=FLAGS.nbest is not None, progress=progress, decode_batch=decode_batch,
+            alignment_format=FLAGS.with_alignments)
     finally:
         if source is not sys.stdin.buffer:
             source.close()

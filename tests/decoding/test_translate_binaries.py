@@ -190,3 +190,18 @@ def test_evaluate_refuses_missing_data_and_translate_only_flags(tiny_model_dir):
     for flag in ("--nbest=2", "--input=x", "--plot_attention=x.png"):  # translate's, not its own
         result = _run("evaluate", f"--model_dir={tiny_model_dir}", "--data=x", flag)
         assert result.returncode != 0 and b"Unknown command line flag" in result.stderr, flag
+
+
+@pytest.mark.slow
+def test_sampling_flags_top_k_one_is_the_greedy_output(tiny_model_dir, translator):
+    """--sampling_topk=1 draws the most probable token: the beam of one's output."""
+    result = _run("translate", f"--model_dir={tiny_model_dir}", "--sampling_topk=1", "--seed=3",
+                  *DECODE_FLAGS, input=("\n".join(LINES) + "\n").encode())
+    assert result.returncode == 0, result.stderr.decode()[-3000:]
+    assert result.stdout.decode().split("\n") == _translations(translator, LINES) + [""]
+
+
+def test_translate_refuses_sampling_with_nbest_or_alignments(tiny_model_dir):
+    for flags in (["--nbest=2"], ["--with_alignments=hard"]):
+        result = _run("translate", f"--model_dir={tiny_model_dir}", "--sampling_topp=0.9", *flags)
+        assert result.returncode != 0 and b"sampling draws one output" in result.stderr, flags

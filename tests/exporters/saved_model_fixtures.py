@@ -41,6 +41,20 @@ SIGNATURE_SPECS = {  # name -> (inputs, outputs): {name: (dtype, shape)}
                        "lengths": (tf.int32, [None, 2])}),
     "tokenize": ({"text": (tf.string, [None])}, {"source_ids": (tf.int32, [None, None])}),
     "detokenize": ({"ids": (tf.int32, [None, None])}, {"text": (tf.string, [None])}),
+    "score": ({"source": (tf.string, [None]), "target": (tf.string, [None])},
+              {"log_prob": (tf.float32, [None]), "tokens": (tf.int32, [None]),
+               "log_prob_per_token": (tf.float32, [None]), "score": (tf.float32, [None])}),
+    "sample": ({"text": (tf.string, [None]), "sampling_topk": (tf.int32, []),
+                "sampling_topp": (tf.float32, []), "sampling_temperature": (tf.float32, []),
+                "seed": (tf.int64, [])},
+               {"translation": (tf.string, [None]), "score": (tf.float32, [None]),
+                "length": (tf.int32, [None])}),
+    "translate_with_alignments": (
+        {"text": (tf.string, [None])},
+        {"translation": (tf.string, [None]), "translation_unk_replaced": (tf.string, [None]),
+         "score": (tf.float32, [None]), "length": (tf.int32, [None]),
+         "alignment": (tf.float32, [None, None, None]), "target_tokens": (tf.int32, [None]),
+         "source_length": (tf.int32, [None])}),
 }
 
 

@@ -8,6 +8,10 @@ in a pipe a line is answered once its chunk is full or the input ends.
 Lines follow `wc -l`: split on "\\n" only, one trailing "\\r" dropped, invalid
 UTF-8 decoded as U+FFFD. Bad lines never stop a run; each kind (invalid UTF-8,
 empty, over-long) is counted over the whole stream and logged once at the end.
+
+Each batch runs the beam search (translator.beam_batches), or another
+`decode_batch` (cli/decoders.py: sampling, alignments); with an alignment format
+(cli/alignments.py) each output line ends in a TAB and its alignment.
 """
 
 from __future__ import annotations
@@ -23,7 +27,9 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from tf_transformer.decoding.translator import Translation, Translator, translate_sentences
+from tf_transformer.cli import alignments as alignment_formats
+from tf_transformer.decoding.translator import (DecodeBatch, Translation, Translator,
+                                                translate_sentences)
 
 _REPLACEMENT = "\ufffd".encode()
 
@@ -98,7 +104,8 @@ class Progress:
 
 
 def translate_sorted(translator: Translator, sentences: list[str], batch_size: int,
-                     nbest: bool = False, progress: Progress | None = None) -> list[Translation]:
+                     nbest: bool = False, progress: Progress | None = None,
+                     decode_batch: DecodeBatch | None = None) -> list[Translation]:
     """translate_sentences, one batch at a time (shortest sources first) to report progress."""
     if not sentences:
         return []
@@ -107,7 +114,8 @@ def translate_sorted(translator: Translator, sentences: list[str], batch_size: i
     results: list = [None] * len(sentences)
     for start in range(0, len(order), batch_size):
         index = order[start:start + batch_size]
-        batch = translate_sentences(translator, [sentences[i] for i in index], batch_size, nbest)
+        batch = translate_sentences(translator, [sentences[i] for i in index], batch_size, nbest,
+                                    decode_batch)
         for i, result in zip(index, batch):
             results[i] = result
         if progress is not None:
@@ -116,14 +124,14 @@ def translate_sorted(translator: Translator, sentences: list[str], batch_size: i
 
 
 def translate_chunks(translator: Translator, sentences: Iterable[str], chunk_size: int,
-                     batch_size: int, nbest: bool = False,
-                     progress: Progress | None = None) -> Iterator[list[Translation]]:
+                     batch_size: int, nbest: bool = False, progress: Progress | None = None,
+                     decode_batch: DecodeBatch | None = None) -> Iterator[list[Translation]]:
     """Each chunk of `chunk_size` sentences (the last may be shorter), translated, in order."""
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
     sentences = iter(sentences)
     while chunk := list(itertools.islice(sentences, chunk_size)):
-        yield translate_sorted(translator, chunk, batch_size, nbest, progress)
+        yield translate_sorted(translator, chunk, batch_size, nbest, progress, decode_batch)
 
 
 class StreamSummary(NamedTuple):
@@ -133,12 +141,16 @@ class StreamSummary(NamedTuple):
 
 def translate_stream(translator: Translator, source: BinaryIO, out: TextIO, *,
                      batch_size: int, chunk_size: int, nbest: bool = False,
-                     progress: Progress | None = None) -> StreamSummary:
+                     progress: Progress | None = None, decode_batch: DecodeBatch | None = None,
+                     alignment_format: str | None = None) -> StreamSummary:
     """Translates `source` line by line into `out`.
 
     One output line per input line, or with `nbest` translator.nbest lines
-    `index<TAB>score<TAB>text` (index: the input line, from 0). Output is
-    flushed after each chunk. Warnings for bad lines are logged at the end.
+    `index<TAB>score<TAB>text` (index: the input line, from 0); with
+    `alignment_format` ("hard" or "soft": cli/alignments.py; `decode_batch` must
+    give alignments) each line then ends in `<TAB>alignment` (TABs in the text
+    become spaces). Output is flushed after each chunk. Warnings for bad lines are
+    logged at the end.
     """
     replaced = LineIssue("invalid UTF-8 bytes replaced by U+FFFD")
     empty = LineIssue("empty, translated as empty")
@@ -157,11 +169,16 @@ def translate_stream(translator: Translator, source: BinaryIO, out: TextIO, *,
             yield text
 
     n = 0
-    for chunk in translate_chunks(translator, lines(), chunk_size, batch_size, nbest, progress):
+    for chunk in translate_chunks(translator, lines(), chunk_size, batch_size, nbest, progress,
+                                  decode_batch):
         for result in chunk:
             if result.source_tokens > limit:
                 truncated.add(n)
             texts = [t.replace("\n", " ").replace("\r", " ") for t in result.texts]
+            if alignment_format:
+                write = alignment_formats.FORMATS[alignment_format]
+                texts = [t.replace("\t", " ") + "\t" + write(a, tokens) for t, a, tokens
+                         in zip(texts, result.alignments, result.target_tokens)]
             if nbest:
                 out.writelines(f"{n}\t{score:.6f}\t{text}\n"
                                for text, score in zip(texts, result.scores))

@@ -6,7 +6,9 @@ one Translator shares.
 included, + extra_length, capped at the model's max_positions), and the kernel
 policies of encoding and of a step (model/kernels.py: `for_inference` of the
 model's compute dtype). The Translator runs it in
-graph mode (`run`); compiled_search.py runs it under XLA with static shapes.
+graph mode (`run`, with or without alignments); compiled_search.py runs it under
+XLA with static shapes. `sample` runs search/sampling.py's loop on the same step
+and cache.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ import tensorflow as tf
 from tf_transformer.config import PAD_ID
 from tf_transformer.model import kernels
 from tf_transformer.model.transformer import Transformer
-from tf_transformer.search.beam_search import BeamSearch, BeamSearchResult
+from tf_transformer.search import sampling
+from tf_transformer.search.beam_search import AlignedSearchResult, BeamSearch, BeamSearchResult
 from tf_transformer.search.state import SymbolsToLogitsFn
 
 
@@ -47,9 +50,17 @@ class ModelSearch:
     def kernels(self) -> kernels.InferenceKernels:
         return kernels.for_inference(self.model.compute_dtype)
 
-    def step_fn(self) -> SymbolsToLogitsFn:
-        return self.decode_step or functools.partial(self.model.decode_step,
-                                                     kernels=self.kernels.step)
+    def step_fn(self, with_attention: bool = False) -> SymbolsToLogitsFn:
+        """The search's step; `with_attention`: it also returns the step's alignment row
+        (decode_step's with_attention, a given decode_step's too)."""
+        if self.decode_step is not None:
+            if with_attention:
+                return functools.partial(self.decode_step, with_attention=True)
+            return self.decode_step
+        if with_attention:
+            return functools.partial(self.model.decode_step, kernels=self.kernels.step,
+                                     with_attention=True)
+        return functools.partial(self.model.decode_step, kernels=self.kernels.step)
 
     def max_lengths(self, source_ids, extra_length) -> tf.Tensor:
         """int32 [batch]: each source's token count + extra_length, capped (module docstring)."""
@@ -57,21 +68,40 @@ class ModelSearch:
         return tf.minimum(source_lengths + extra_length, self.max_target_length)
 
     def beam_search(self, source_ids, alpha, extra_length, nbest: int,
-                    max_decode_length=None) -> BeamSearch:
-        """The settings of one search over `source_ids` (BeamSearch's arguments)."""
-        return BeamSearch(self.step_fn(), vocab_size=self.model.vocab_size,
+                    max_decode_length=None, alignments: bool = False) -> BeamSearch:
+        """The settings of one search over `source_ids` (BeamSearch's arguments);
+        `alignments`: over the source's width."""
+        width = tf.shape(source_ids)[1] if alignments else None
+        return BeamSearch(self.step_fn(alignments), vocab_size=self.model.vocab_size,
                           beam_size=self.beam_size, alpha=alpha, nbest=nbest,
                           max_lengths=self.max_lengths(source_ids, extra_length),
-                          max_decode_length=max_decode_length, never_ids=self.never_ids)
+                          max_decode_length=max_decode_length, never_ids=self.never_ids,
+                          alignment_width=width)
 
-    def run(self, source_ids, alpha, extra_length, nbest: int) -> BeamSearchResult:
+    def run(self, source_ids, alpha, extra_length, nbest: int,
+            alignments: bool = False) -> BeamSearchResult | AlignedSearchResult:
         """One graph-mode search over the whole batch: the cache grows by chunks,
         finished sentences leave the working rows. The encoder and the memory's
         projections run on the encoding kernels (float32: Eigen's, for a new
-        source width each batch)."""
-        search = self.beam_search(source_ids, alpha, extra_length, nbest)
+        source width each batch). `alignments`: an AlignedSearchResult, over the
+        source's S positions."""
+        search = self.beam_search(source_ids, alpha, extra_length, nbest,
+                                  alignments=alignments)
+        cache = self._initial_cache(source_ids, search.max_decode_length)
+        return search.finish(search.advance(search.start(cache)))
+
+    def sample(self, source_ids, alpha, extra_length, topk, topp, temperature,
+               seed) -> BeamSearchResult:
+        """One output per source drawn by search/sampling.py (graph mode), nbest 1."""
+        max_lengths = self.max_lengths(source_ids, extra_length)
+        cache = self._initial_cache(source_ids, tf.maximum(tf.reduce_max(max_lengths), 1))
+        return sampling.sample(self.step_fn(), cache, vocab_size=self.model.vocab_size,
+                               max_lengths=max_lengths, seed=seed, topk=topk, topp=topp,
+                               temperature=temperature, alpha=alpha,
+                               never_ids=self.never_ids)
+
+    def _initial_cache(self, source_ids, positions):
         encoding = self.kernels.encoding
         memory = self.model.encode(source_ids, training=False, kernels=encoding)
-        cache = self.model.initial_cache(memory, source_ids, positions=search.max_decode_length,
-                                         kernels=encoding)
-        return search.finish(search.advance(search.start(cache)))
+        return self.model.initial_cache(memory, source_ids, positions=positions,
+                                        kernels=encoding)

@@ -35,13 +35,20 @@ batch is searched as `parallel_searches` sub-batches side by side. With
 `decode_config.jit_compile` the search runs as one XLA computation on padded,
 fixed shapes (compiled_search.py; the tokenizer ops stay outside it). Outputs are
 the same either way.
+
+Beside the beam search: `score` (log P(y | x) of given pairs, teacher-forced:
+scoring.py), `sample` (one output drawn per input: search/sampling.py) and
+`translate_with_alignments` (the search with its alignments, <unk> replaced by
+aligned source text: alignments.py). These run one graph-mode search whatever
+`jit_compile` and `parallel_searches` say.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Sequence
+import os
+from typing import Callable, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -49,7 +56,7 @@ from absl import logging
 
 from tf_transformer import model_dir as model_dir_lib
 from tf_transformer.config import EOS_ID, PAD_ID, UNK_ID, Config, DecodeConfig
-from tf_transformer.decoding import signatures
+from tf_transformer.decoding import alignments, scoring, signatures
 from tf_transformer.decoding.compiled_search import LENGTH_BUCKET, CompiledSearch  # noqa: F401
 from tf_transformer.decoding.model_search import ModelSearch
 from tf_transformer.inputs import tokenizer as tokenizer_lib
@@ -220,9 +227,81 @@ class Translator(tf.Module):
 
     def _translate_text(self, text, alpha, extra_length, nbest):
         tokens = self.tokenizer.tokenize(text)
-        empty = tokens.row_lengths() == 0
         result = self.search(self._source_ids(tokens), self._alpha(alpha),
                              self._extra(extra_length), nbest)
+        return self._texts(tokens, result, nbest)
+
+    # -- scoring, sampling, alignments ----------------------------------------
+    @tf.function(input_signature=[signatures.SOURCE, signatures.TARGET, signatures.ALPHA])
+    def score(self, source: tf.Tensor, target: tf.Tensor, alpha=-1.0) -> dict:
+        """[B] source and target strings -> scoring.score_pairs' figures, [B] each:
+        log_prob, tokens (target tokens with EOS), log_prob_per_token, score. Sources
+        are prepared as for translate, targets tokenized by the target vocabulary and
+        cut to max_target_length - 1 tokens."""
+        target_ids = self.target_tokenizer.tokenize(target).to_tensor(default_value=PAD_ID)
+        return self.score_ids(self.source_ids(source), target_ids,
+                              alpha)
+
+    @tf.function(input_signature=[signatures.IDS, signatures.TARGET_IDS, signatures.ALPHA])
+    def score_ids(self, source_ids: tf.Tensor, target_ids: tf.Tensor, alpha=-1.0) -> dict:
+        """source_ids int32 [B, S] (as translate_ids takes them), target_ids int32 [B, T]
+        (tokens, then EOS or PAD: translate_ids' ids are taken as they are) -> `score`'s."""
+        return scoring.score_pairs(self.model, source_ids, target_ids, self._alpha(alpha),
+                                   self.max_target_length)
+
+    @tf.function(input_signature=[signatures.TEXT, signatures.TOPK, signatures.TOPP,
+                                  signatures.TEMPERATURE, signatures.SEED])
+    def sample(self, text: tf.Tensor, sampling_topk=0, sampling_topp=0.0,
+               sampling_temperature=0.0, seed=0) -> dict:
+        """[B] strings -> one output drawn per input (search/sampling.py), as `translate`
+        gives them: {"translation", "score" (log P / lp), "length"} [B] each. Top-k off
+        at <= 0, top-p off outside (0, 1), temperature 1 at <= 0; the same seed and
+        batch give the same outputs."""
+        tokens = self.tokenizer.tokenize(text)
+        temperature = tf.cast(sampling_temperature, tf.float32)
+        result = self.model_search.sample(
+            self._source_ids(tokens), tf.constant(self.alpha, tf.float32),
+            tf.constant(self.extra_length), sampling_topk, sampling_topp,
+            tf.where(temperature > 0.0, temperature, 1.0), seed)
+        strings, scores, lengths = self._texts(tokens, result, nbest=1)
+        return {"translation": strings[:, 0], "score": scores[:, 0], "length": lengths[:, 0]}
+
+    @tf.function(input_signature=[signatures.TEXT, signatures.ALPHA, signatures.EXTRA])
+    def translate_with_alignments(self, text: tf.Tensor, alpha=-1.0, extra_length=-1) -> dict:
+        """`translate`'s outputs for the best hypothesis and its alignment:
+        {"translation", "translation_unk_replaced" (alignments.py) [B] strings, "score",
+         "length", "alignment" float32 [B, T, S] (row t: target token t, EOS last if it
+         ended by one; column s: source token s, EOS last; zero padding),
+         "target_tokens" int32 [B] (rows before EOS), "source_length" int32 [B]
+         (source tokens with EOS, 0 for an empty input)}."""
+        out = self._aligned_text(text, alpha, extra_length, nbest=1)
+        return {"translation": out["translations"][:, 0],
+                "translation_unk_replaced": out["translations_unk_replaced"][:, 0],
+                "score": out["scores"][:, 0], "length": out["lengths"][:, 0],
+                "alignment": out["alignments"][:, 0], "target_tokens": out["target_tokens"][:, 0],
+                "source_length": out["source_lengths"]}
+
+    @tf.function(input_signature=[signatures.TEXT, signatures.ALPHA, signatures.EXTRA])
+    def translate_nbest_with_alignments(self, text: tf.Tensor, alpha=-1.0,
+                                        extra_length=-1) -> dict:
+        """translate_with_alignments for the nbest hypotheses: "translations",
+        "translations_unk_replaced", "scores", "lengths", "target_tokens" [B, nbest],
+        "alignments" [B, nbest, T, S], "source_lengths" [B]."""
+        return self._aligned_text(text, alpha, extra_length, self.nbest)
+
+    def _aligned_text(self, text, alpha, extra_length, nbest) -> dict:
+        cut = slice(None, self.max_source_length - 1)
+        tokens, starts, ends = (t[:, cut] for t in self.tokenizer.tokenize_with_offsets(text))
+        result = self.model_search.run(self._source_ids(tokens), self._alpha(alpha),
+                                       self._extra(extra_length), nbest, alignments=True)
+        strings, scores, lengths = self._texts(tokens, result, nbest)
+        return {**alignments.aligned_outputs(strings, result, text, tokens, starts, ends),
+                "scores": scores, "lengths": lengths}
+
+    def _texts(self, tokens: tf.RaggedTensor, result, nbest: int):
+        """A search's hypotheses detokenized, [B, nbest]; "" (score 0, length 0) for an
+        input without tokens."""
+        empty = tokens.row_lengths() == 0
         batch = tf.shape(result.ids)[0]
         flat = tf.reshape(result.ids, tf.stack([batch * nbest, -1]))
         strings = tf.reshape(self.target_tokenizer.detokenize(flat), tf.stack([batch, nbest]))
@@ -239,18 +318,42 @@ class Translation:
     scores: list[float]
     lengths: list[int]  # target tokens, EOS included
     source_tokens: int  # before truncation, EOS not included
+    # With alignments (translate_with_alignments): per hypothesis float32 [length,
+    # source tokens + EOS], and its target tokens before EOS.
+    alignments: list[np.ndarray] | None = None
+    target_tokens: list[int] | None = None
+
+
+# text [B] -> {"translations" [B, n] strings, "scores", "lengths" [B, n], and optionally
+# "alignments" [B, n, T, S], "target_tokens" [B, n], "source_lengths" [B]}: what
+# translate_sentences runs per batch.
+DecodeBatch = Callable[[tf.Tensor], dict]
+
+
+def beam_batches(translator: Translator, nbest: bool = False) -> DecodeBatch:
+    """The beam search's best (translate) or n-best (translate_nbest) per batch."""
+    def decode(text: tf.Tensor) -> dict:
+        if nbest:
+            return translator.translate_nbest(text)
+        out = translator.translate(text)
+        return {"translations": out["translation"][:, None], "scores": out["score"][:, None],
+                "lengths": out["length"][:, None]}
+    return decode
 
 
 def translate_sentences(translator: Translator, sentences: Sequence[str],
-                        batch_size: int = 32, nbest: bool = False) -> list[Translation]:
+                        batch_size: int = 32, nbest: bool = False,
+                        decode_batch: DecodeBatch | None = None) -> list[Translation]:
     """Translates a list of sentences in batches sorted by length; results in input order.
 
     Sorting by token count keeps each batch's padding and its slowest
     sentence close to the rest (beam search runs until its batch's last
     sentence is done). With `nbest`, each result holds translator.nbest hypotheses.
+    `decode_batch` replaces the beam search's batches (default: beam_batches).
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    decode_batch = decode_batch or beam_batches(translator, nbest)
     source_tokens = np.zeros([len(sentences)], np.int64)
     for start in range(0, len(sentences), 1024):  # bounded memory for big inputs
         chunk = tf.constant(list(sentences[start:start + 1024]), tf.string)
@@ -259,19 +362,19 @@ def translate_sentences(translator: Translator, sentences: Sequence[str],
     results: list[Translation | None] = [None] * len(sentences)
     for start in range(0, len(order), batch_size):
         index = order[start:start + batch_size]
-        text = tf.constant([sentences[i] for i in index], tf.string)
-        if nbest:
-            out = translator.translate_nbest(text)
-            texts, scores, lengths = out["translations"], out["scores"], out["lengths"]
-        else:
-            out = translator.translate(text)
-            texts, scores, lengths = (out["translation"][:, None], out["score"][:, None],
-                                      out["length"][:, None])
-        texts, scores, lengths = texts.numpy(), scores.numpy(), lengths.numpy()
+        out = {k: v.numpy() for k, v in
+               decode_batch(tf.constant([sentences[i] for i in index], tf.string)).items()}
+        texts, scores, lengths = out["translations"], out["scores"], out["lengths"]
         for row, i in enumerate(index):
+            aligned = target_tokens = None
+            if "alignments" in out:
+                columns = out["source_lengths"][row]
+                aligned = [out["alignments"][row, n, :length, :columns]
+                           for n, length in enumerate(lengths[row])]
+                target_tokens = [int(n) for n in out["target_tokens"][row]]
             results[i] = Translation(
                 texts=[t.decode("utf-8", errors="replace") for t in texts[row]],
                 scores=[float(s) for s in scores[row]], lengths=[int(n) for n in lengths[row]],
-                source_tokens=int(source_tokens[i]))
+                source_tokens=int(source_tokens[i]), alignments=aligned,
+                target_tokens=target_tokens)
     return results
-

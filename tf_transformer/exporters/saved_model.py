@@ -17,6 +17,14 @@ runs), wrapped by `ServingModule` into signatures:
                    ids int32 [B, nbest, T], scores float32 [B, nbest], lengths int32 [B, nbest]
   tokenize         text [B] -> source_ids int32 [B, S] (as translate prepares them)
   detokenize       ids int32 [B, T] -> text string [B] (stops at EOS, drops PAD/BOS)
+  score            source, target string [B] -> log_prob float32 [B], tokens int32 [B],
+                   log_prob_per_token float32 [B], score float32 [B] (teacher-forced)
+  sample           text [B], sampling_topk int32 [], sampling_topp float32 [],
+                   sampling_temperature float32 [], seed int64 [] -> translation [B],
+                   score [B], length [B]: one output drawn per input
+  translate_with_alignments  text [B] -> translate's outputs, translation_unk_replaced
+                   string [B], alignment float32 [B, T, S], target_tokens int32 [B],
+                   source_length int32 [B]
 
 SentencePiece: tensorflow-text's SentencepieceOp takes the serialized model as
 an op *attribute*, so the graph carries its own copy of the vocabulary; the
@@ -120,6 +128,20 @@ class ServingModule(tf.Module):
     def detokenize(self, ids):
         return {"text": self.translator.target_tokenizer.detokenize(ids)}
 
+    @tf.function(input_signature=[signatures.SOURCE, signatures.TARGET])
+    def score(self, source, target):
+        return self.translator.score(source, target)
+
+    @tf.function(input_signature=[signatures.TEXT, signatures.TOPK, signatures.TOPP,
+                                  signatures.TEMPERATURE, signatures.SEED])
+    def sample(self, text, sampling_topk, sampling_topp, sampling_temperature, seed):
+        return self.translator.sample(text, sampling_topk, sampling_topp, sampling_temperature,
+                                      seed)
+
+    @tf.function(input_signature=[signatures.TEXT, signatures.ALPHA, signatures.EXTRA])
+    def translate_with_alignments(self, text, alpha=-1.0, extra_length=-1):
+        return self.translator.translate_with_alignments(text, alpha, extra_length)
+
     def signatures(self) -> dict:
         """The signatures as tf.functions, not concrete functions: `tf.saved_model.save`
         traces them inside its save context, where the module's own functions are
@@ -134,11 +156,16 @@ class ServingModule(tf.Module):
                                          input_signature=[signatures.IDS]),
             "tokenize": self.tokenize,
             "detokenize": self.detokenize,
+            "score": self.score,
+            "sample": self.sample,
+            "translate_with_alignments": tf.function(
+                lambda text: self.translate_with_alignments(text),
+                input_signature=[signatures.TEXT]),
         }
 
 
 SIGNATURES = ("serving_default", "translate", "translate_nbest", "translate_ids", "tokenize",
-              "detokenize")
+              "detokenize", "score", "sample", "translate_with_alignments")
 
 
 def export(translator: Translator, export_dir: str, vocab_path: str | Sequence[str],

@@ -163,6 +163,10 @@ class Tokenizer(tf.Module):
     def id_to_piece(self, ids: tf.Tensor) -> tf.Tensor:
         return self._sp.id_to_string(ids)
 
+    def tokenize_with_offsets(self, strings: tf.Tensor):
+        """`tokenize` and each token's byte span of its string: (int32 ragged ids,
+        int64 ragged starts, int64 ragged ends), each [N, (tokens)]."""
+        return self._sp.tokenize_with_offsets(strings)
 
 def has_byte_fallback(model_proto: bytes) -> bool:
     """Whether the serialized SentencePiece model has byte fallback and its 256 byte

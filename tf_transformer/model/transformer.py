@@ -9,6 +9,7 @@ Entry points, each with one return type:
   decode_states(target_in, memory, src)  -> decoder states [batch, T, d_model]
   initial_cache(memory, source, empty, transpose_output, positions, kernels) -> DecoderCache
   decode_step(ids, step, cache, kernels) -> (float32 logits [batch, vocab], DecoderCache)
+  decode_step(..., with_attention=True)  -> (logits, DecoderCache, float32 [batch, S])
 `decode_step` is the `symbols_to_logits_fn` contract of search/beam_search.py;
 `kernels` (model/kernels.py) picks the kernels the products run on: TRAINING
 by default, STEP for a decoding step;
@@ -174,7 +175,8 @@ class Transformer(keras.Model):
                             position_table)
 
     def decode_step(self, ids, step, cache: DecoderCache,
-                    kernels: kernels_lib.Kernels = kernels_lib.STEP):
+                    kernels: kernels_lib.Kernels = kernels_lib.STEP,
+                    with_attention: bool = False):
         """Logits for the token after ids[:, step], reading earlier positions from `cache`.
 
         Args:
@@ -182,17 +184,23 @@ class Transformer(keras.Model):
           step: int32 scalar.
           cache: from `initial_cache` (or a previous step), either kind.
           kernels: the step's kernel policy (model/kernels.py).
+          with_attention: also return the last decoder layer's cross-attention
+            averaged over heads (the search's alignments).
         Returns:
-          (float32 logits [batch, vocab], the cache with position `step` written).
+          (float32 logits [batch, vocab], the cache with position `step` written), and
+          with `with_attention` the attention float32 [batch, S] third.
         """
         token = ids[:, step][:, tf.newaxis]
         vectors = None
         if caches.made(cache.position_table):
             vectors = cache.position_table[step][tf.newaxis]  # [1, d_model]
         x = self.target_embedding(token, start_index=step, position_vectors=vectors)
-        y, self_caches = self.decoder.step(x, step, cache, kernels)
+        out = self.decoder.step(x, step, cache, kernels, with_attention)
+        y, self_caches = out[:2]
         table = cache.output_table if caches.made(cache.output_table) else None
         logits = self.target_embedding.logits(y[:, 0], table, kernels)
+        if with_attention:
+            return logits, cache._replace(self_attention=self_caches), out[2]
         return logits, cache._replace(self_attention=self_caches)
 
     def get_config(self):

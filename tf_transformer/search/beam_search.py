@@ -28,6 +28,10 @@ never tiled and gathered only by `compact`, when finished sentences leave
 cache may change shape between two `advance` calls (XLA: a short buffer first,
 padded if decoding goes on); within one it keeps its shapes under XLA, and in
 graph mode may grow by a position per step.
+
+Alignments (`alignment_width`, off by default): the search also keeps each
+hypothesis's attention over the source and returns the chosen ones'
+(AlignedSearchResult; search/alignment.py).
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from typing import NamedTuple
 import tensorflow as tf
 
 from tf_transformer.config import BOS_ID, EOS_ID, PAD_ID
-from tf_transformer.search import live_rows
+from tf_transformer.search import alignment, live_rows
 from tf_transformer.search.beam_step import length_penalty, search_step  # noqa: F401 (the API)
 from tf_transformer.search.state import (  # noqa: F401 (BeamCache: the protocol)
     NEG_INF, BeamCache, BeamState, Cache, SearchConfig, SymbolsToLogitsFn, empty_results)
@@ -58,6 +62,17 @@ class BeamSearchResult(NamedTuple):
     ids: tf.Tensor
     scores: tf.Tensor
     lengths: tf.Tensor
+
+
+class AlignedSearchResult(NamedTuple):
+    """BeamSearchResult's fields and the hypotheses' alignments: float32 [batch,
+    nbest, length, S], row t the attention of the step that chose ids[..., t]
+    (search/alignment.py); 0 past a hypothesis's length."""
+
+    ids: tf.Tensor
+    scores: tf.Tensor
+    lengths: tf.Tensor
+    alignments: tf.Tensor
 
 
 def beam_search(symbols_to_logits_fn: SymbolsToLogitsFn, initial_cache: Cache,
@@ -98,13 +113,17 @@ class BeamSearch:
         buffer asks for static shapes). The outputs are the same.
       never_ids: more token ids never generated, as PAD and BOS (the Translator
         passes <unk> for a vocabulary with byte fallback); default none.
+      alignment_width: S, to keep alignments (search/alignment.py):
+        symbols_to_logits_fn then returns (logits, cache, attention float32
+        [batch * beam, S]) and `finish` an AlignedSearchResult. None: off.
     """
 
     def __init__(self, symbols_to_logits_fn: SymbolsToLogitsFn, *, vocab_size: int,
                  beam_size: int, alpha: float | tf.Tensor, max_lengths: tf.Tensor,
                  eos_id: int = EOS_ID, bos_id: int = BOS_ID, nbest: int = 1,
                  batch_size: int | None = None, max_decode_length: int | None = None,
-                 shrink: bool | None = None, never_ids: tuple[int, ...] = ()):
+                 shrink: bool | None = None, never_ids: tuple[int, ...] = (),
+                 alignment_width=None):
         if beam_size < 1:
             raise ValueError(f"beam_size must be >= 1, got {beam_size}")
         if not 1 <= nbest <= beam_size:
@@ -123,7 +142,8 @@ class BeamSearch:
         self.batch_size, self.max_decode_length = batch_size, max_decode_length
         self.config = SearchConfig(symbols_to_logits_fn, vocab_size, beam_size,
                                    tf.cast(alpha, tf.float32), max_lengths, eos_id, bos_id,
-                                   nbest, tuple(int(i) for i in never_ids))
+                                   nbest, tuple(int(i) for i in never_ids),
+                                   alignment_width)
 
     def start(self, initial_cache: Cache) -> BeamState:
         """The state after the first step: before it, one alive hypothesis (BOS) per
@@ -134,6 +154,8 @@ class BeamSearch:
         alive_ids = tf.broadcast_to(row, tf.stack([batch, beam, width]))
         # Only slot 0 is live, so the first step does not grow k copies of BOS.
         first = tf.constant([0.0] + [NEG_INF] * (beam - 1))
+        aligned = self.config.alignment_width
+        history = () if aligned is None else alignment.empty_history(batch, beam, width, aligned)
         state = BeamState(
             step=tf.constant(0, tf.int32),
             alive_ids=alive_ids,
@@ -145,7 +167,8 @@ class BeamSearch:
             done=tf.zeros(tf.stack([batch]), tf.bool),
             max_lengths=self.config.max_lengths,
             sentence=tf.range(batch),
-            results=empty_results(batch, self.config.nbest, width))
+            results=empty_results(batch, self.config.nbest, width, aligned),
+            alive_attention=history, finished_attention=history)
         if beam == 1:  # the untiled cache is already one row per hypothesis
             return state
         return search_step(self.config, state, self.shrink and live_rows.can_compact(
@@ -172,15 +195,19 @@ class BeamSearch:
                                  shape_invariants=(_shape_invariants(state),))
         return state
 
-    def finish(self, state: BeamState) -> BeamSearchResult:
+    def finish(self, state: BeamState) -> BeamSearchResult | AlignedSearchResult:
         """The nbest best finished hypotheses in the caller's order, BOS dropped;
-        empty slots blanked."""
+        empty slots blanked; with alignments an AlignedSearchResult."""
         results = live_rows.write_results(state)
         scores = results.scores
         empty = scores == NEG_INF
         ids = tf.where(empty[:, :, tf.newaxis], PAD_ID, results.ids[:, :, 1:])
         lengths = tf.where(empty, 0, results.lengths)
-        return BeamSearchResult(ids=ids, scores=scores, lengths=lengths)
+        if self.config.alignment_width is None:
+            return BeamSearchResult(ids=ids, scores=scores, lengths=lengths)
+        alignments = tf.where(empty[:, :, tf.newaxis, tf.newaxis], 0.0,
+                              results.attention[:, :, 1:])
+        return AlignedSearchResult(ids, scores, lengths, alignments)
 
 
 def _shape_invariants(state: BeamState) -> BeamState:

@@ -37,7 +37,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from tf_transformer.config import PAD_ID
-from tf_transformer.search import live_rows
+from tf_transformer.search import alignment, live_rows
 from tf_transformer.search.state import NEG_INF, BeamState, SearchConfig
 from tf_transformer.search.top_k import chunked_top_k
 
@@ -57,15 +57,26 @@ def search_step(config: SearchConfig, state: BeamState, shrink: bool,
     `first`: the cache holds one row per sentence (only slot 0 is alive), the
     model runs on those rows and the cache is tiled to the beam afterwards; every
     copy is its parent's, so no reorder is needed but for done sentences leaving.
+    With `config.alignment_width`, each hypothesis's attention history follows its
+    ids (search/alignment.py).
     """
-    log_probs, ids, parents, tokens, cache = _grow_alive(config, state, first)
+    aligned = config.alignment_width is not None
+    if aligned:
+        log_probs, ids, parents, tokens, cache, history = alignment.grow_alive(
+            _grow_alive, config, state, first)
+    else:
+        log_probs, ids, parents, tokens, cache = _grow_alive(config, state, first)
     # Extensions that end here: by EOS, or forced at the sentence's max length.
     ends = tf.logical_or(tokens == config.eos_id,
                          (state.step + 1 >= state.max_lengths)[:, tf.newaxis])
     # new alive: the extensions that go on (-inf where one ended or the sentence is done).
     alive_log_probs = tf.where(tf.logical_or(ends, state.done[:, tf.newaxis]), NEG_INF, log_probs)
-    finished_ids, finished_scores, finished_lengths = _new_finished(
+    finished_ids, finished_scores, finished_lengths, index = _new_finished(
         config, state, log_probs, ids, ends)
+    if aligned:
+        state = state._replace(alive_attention=history,
+                               finished_attention=alignment.merge_finished(
+                                   state.finished_attention, history, index, state.done))
     step = state.step + 1
     done = _update_done(config, step, alive_log_probs, finished_scores, state)
     # A done sentence keeps no alive hypotheses, so it cannot touch its results.
@@ -128,7 +139,8 @@ def _new_finished(config: SearchConfig, state: BeamState, log_probs, ids, ends):
     """Merges the extensions that ended into the k best finished hypotheses.
 
     Returns (ids [batch, beam, width], scores [batch, beam] sorted descending,
-    lengths [batch, beam]); unchanged for sentences already done.
+    lengths [batch, beam]), unchanged for sentences already done, and the merge's
+    index [batch, beam] into [finished, extensions].
     """
     length = state.step + 1
     scores = tf.where(ends, log_probs / length_penalty(length, config.alpha), NEG_INF)
@@ -142,7 +154,7 @@ def _new_finished(config: SearchConfig, state: BeamState, log_probs, ids, ends):
     keep = state.done[:, tf.newaxis]
     return (tf.where(keep[:, :, tf.newaxis], state.finished_ids, top_ids),
             tf.where(keep, state.finished_scores, top_scores),
-            tf.where(keep, state.finished_lengths, top_lengths))
+            tf.where(keep, state.finished_lengths, top_lengths), index)
 
 
 def _update_done(config: SearchConfig, step, alive_log_probs, finished_scores,

@@ -30,9 +30,11 @@ import tensorflow as tf
 
 from tf_transformer.search.state import BeamCache, BeamState, Results
 
-# The BeamState fields with one row per working sentence (the cache aside).
+# The BeamState fields with one row per working sentence (the cache aside); the
+# attention fields are () without alignments.
 ROW_FIELDS = ("alive_ids", "alive_log_probs", "finished_ids", "finished_scores",
-              "finished_lengths", "done", "max_lengths", "sentence")
+              "finished_lengths", "done", "max_lengths", "sentence", "alive_attention",
+              "finished_attention")
 
 
 def write_results(state: BeamState) -> Results:
@@ -42,12 +44,15 @@ def write_results(state: BeamState) -> Results:
     """
     nbest = state.results.scores.shape[1]
     index = state.sentence[:, tf.newaxis]
+    attention = tf.nest.map_structure(
+        lambda results, rows: tf.tensor_scatter_nd_update(results, index, rows[:, :nbest]),
+        state.results.attention, state.finished_attention)
     return Results(
         tf.tensor_scatter_nd_update(state.results.ids, index, state.finished_ids[:, :nbest]),
         tf.tensor_scatter_nd_update(state.results.scores, index,
                                     state.finished_scores[:, :nbest]),
         tf.tensor_scatter_nd_update(state.results.lengths, index,
-                                    state.finished_lengths[:, :nbest]))
+                                    state.finished_lengths[:, :nbest]), attention)
 
 
 def tile(cache: Any, beam: int) -> Any:
@@ -79,7 +84,8 @@ def compact(cache: Any, rows: tf.Tensor) -> Any:
 def _take(state: BeamState, keep: tf.Tensor, cache_rows: tf.Tensor) -> BeamState:
     """The working rows `keep` int32 [n], the cache's rows `cache_rows` [n * beam];
     what leaves is written to the results first."""
-    taken = {name: tf.gather(getattr(state, name), keep) for name in ROW_FIELDS}
+    taken = {name: tf.nest.map_structure(lambda t: tf.gather(t, keep), getattr(state, name))
+             for name in ROW_FIELDS}
     return state._replace(results=write_results(state),
                           alive_cache=compact(state.alive_cache, cache_rows), **taken)
 

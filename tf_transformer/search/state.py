@@ -36,6 +36,10 @@ class BeamState(NamedTuple):
     max_lengths: tf.Tensor  # int32 [rows]: clipped to [1, max_decode_length]
     sentence: tf.Tensor  # int32 [rows]: the row's index in the caller's batch
     results: Results  # [batch, nbest, ...]: of sentences that left the rows
+    # With alignments (search/alignment.py), float32 [rows, beam, width, S]: each
+    # hypothesis's attention over the source per ids column; () without.
+    alive_attention: Any = ()
+    finished_attention: Any = ()
 
 
 @runtime_checkable
@@ -56,12 +60,15 @@ class Results(NamedTuple):
     ids: tf.Tensor  # int32 [batch, nbest, width], BOS first
     scores: tf.Tensor  # float32 [batch, nbest], -inf if empty
     lengths: tf.Tensor  # int32 [batch, nbest]
+    attention: Any = ()  # float32 [batch, nbest, width, S] with alignments, else ()
 
 
-def empty_results(batch, nbest: int, width) -> Results:
+def empty_results(batch, nbest: int, width, alignment_width=None) -> Results:
+    attention = () if alignment_width is None else tf.zeros(
+        tf.stack([batch, nbest, width, alignment_width]), tf.float32)
     return Results(tf.fill(tf.stack([batch, nbest, width]), PAD_ID),
                    tf.fill(tf.stack([batch, nbest]), float("-inf")),
-                   tf.zeros(tf.stack([batch, nbest]), tf.int32))
+                   tf.zeros(tf.stack([batch, nbest]), tf.int32), attention)
 
 
 class SearchConfig(NamedTuple):
@@ -76,3 +83,6 @@ class SearchConfig(NamedTuple):
     bos_id: int
     nbest: int
     never_ids: tuple[int, ...] = ()  # never generated, besides PAD and BOS
+    # S, the source length the model's step attention spans, to keep alignments
+    # (search/alignment.py); None: none kept, and symbols_to_logits_fn returns 2 values.
+    alignment_width: Any = None

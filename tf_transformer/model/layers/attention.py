@@ -87,12 +87,13 @@ class _Attention(keras.layers.Layer):
         return kernels.softmax(tf.cast(logits, tf.float32) + tf.cast(bias, tf.float32))
 
     def attend(self, q, k, v, bias, training=None, rows=None,
-               kernels: Kernels = kernels_lib.TRAINING):
+               kernels: Kernels = kernels_lib.TRAINING, return_weights: bool = False):
         """q [b, h, T, d_k], k [b, h, S, d_k], v [b, h, S, d_v] -> [b, T, d_model], or
         to the leading dimensions `rows` when the query axis folds several rows
-        (CrossAttention.step)."""
-        weights = self.weights_dropout(self.attention_weights(q, k, bias, kernels),
-                                       training=training)
+        (CrossAttention.step). With `return_weights`: (that, the attention weights
+        float32 [b, h, T, S] before dropout)."""
+        probabilities = self.attention_weights(q, k, bias, kernels)
+        weights = self.weights_dropout(probabilities, training=training)
         heads = kernels.attention(tf.cast(weights, v.dtype), v)  # [batch, h, T, d_v]
         if heads.shape[2] == 1 and rows is None:  # one query (a decoding step): a reshape
             heads = tf.reshape(heads, shapes.dims(heads, 1) + [1, self.num_heads * self.d_v])
@@ -100,7 +101,8 @@ class _Attention(keras.layers.Layer):
             heads = tf.transpose(heads, [0, 2, 1, 3])  # [batch, T, h, d_v]
             heads = tf.reshape(heads, (rows or shapes.dims(heads, 2))
                                + [self.num_heads * self.d_v])
-        return linear(heads, self.output_kernel, self.output_bias, kernels=kernels)
+        output = linear(heads, self.output_kernel, self.output_bias, kernels=kernels)
+        return (output, probabilities) if return_weights else output
 
     def get_config(self):
         config = super().get_config()
@@ -168,9 +170,12 @@ class CrossAttention(_Attention):
         return self.attend(q, *self.project_memory(memory, kernels), bias, training,
                            kernels=kernels)
 
-    def step(self, x, memory_keys, memory_values, bias, kernels: Kernels = kernels_lib.STEP):
+    def step(self, x, memory_keys, memory_values, bias, kernels: Kernels = kernels_lib.STEP,
+             return_weights: bool = False):
         """Decoding: x [rows, T, d_model] over memory projected by `project_memory`,
-        [batch, h, S, d]; bias [batch, 1, 1, S]. Returns [rows, T, d_model].
+        [batch, h, S, d]; bias [batch, 1, 1, S]. Returns [rows, T, d_model], and with
+        `return_weights` also the attention weights averaged over heads, float32
+        [rows, T, S] (the alignments of search/alignment.py).
 
         rows = batch * group: a sentence's `group` consecutive rows (its beam
         hypotheses) share its memory row and are folded into one query axis of
@@ -182,5 +187,11 @@ class CrossAttention(_Attention):
         batch = tf.shape(memory_keys)[0] if batch is None else batch
         q = linear(x, self.query_kernel, self.query_bias, kernels=kernels)
         q = tf.transpose(tf.reshape(q, [batch, -1, self.num_heads, self.d_k]), [0, 2, 1, 3])
-        return self.attend(q, memory_keys, memory_values, bias, rows=shapes.dims(x, 2),
-                           kernels=kernels)
+        rows = shapes.dims(x, 2)
+        out = self.attend(q, memory_keys, memory_values, bias, rows=rows, kernels=kernels,
+                          return_weights=return_weights)
+        if not return_weights:
+            return out
+        output, weights = out  # weights [batch, h, group * T, S]
+        mean = tf.reduce_mean(weights, axis=1)  # [batch, group * T, S]
+        return output, tf.reshape(mean, rows + [tf.shape(mean)[-1]])

@@ -56,7 +56,7 @@ class DecoderLayer(TransformerLayer):
                               self.feed_forward_norm, training)
 
     def step(self, x, step, self_cache, memory_keys, memory_values, memory_bias,
-             kernels: kernels_lib.Kernels = kernels_lib.STEP):
+             kernels: kernels_lib.Kernels = kernels_lib.STEP, with_attention: bool = False):
         """One decoding step (inference only: no dropout).
 
         Args:
@@ -66,25 +66,33 @@ class DecoderLayer(TransformerLayer):
           memory_keys, memory_values: this layer's projected memory [batch, h, S, d_k|d_v].
           memory_bias: [batch, 1, 1, S].
           kernels: the step's kernel policy (model/kernels.py).
+          with_attention: also return the cross-attention weights averaged over heads.
         Returns:
-          (y [batch, 1, d_model], updated self_cache).
+          (y [batch, 1, d_model], updated self_cache), and with `with_attention` the
+          cross-attention float32 [batch, S] third.
         """
-        caches = []
+        caches, attention = [], []
 
         def self_attend(y):
             out, cache = self.self_attention.step(y, self_cache, step, kernels)
             caches.append(cache)
             return out
 
+        def cross_attend(y):
+            out = self.cross_attention.step(y, memory_keys, memory_values, memory_bias,
+                                            kernels, return_weights=with_attention)
+            if not with_attention:
+                return out
+            attention.append(out[1][:, 0])
+            return out[0]
+
         x = self.residual(x, self_attend, self.self_attention_dropout,
                            self.self_attention_norm, False)
-        x = self.residual(
-            x, lambda y: self.cross_attention.step(y, memory_keys, memory_values, memory_bias,
-                                                   kernels),
-            self.cross_attention_dropout, self.cross_attention_norm, False)
+        x = self.residual(x, cross_attend, self.cross_attention_dropout,
+                          self.cross_attention_norm, False)
         x = self.residual(x, lambda y: self.feed_forward(y, kernels=kernels),
                           self.feed_forward_dropout, self.feed_forward_norm, False)
-        return x, caches[0]
+        return (x, caches[0], attention[0]) if with_attention else (x, caches[0])
 
 
 @keras.saving.register_keras_serializable(package="tf_transformer")
@@ -100,12 +108,18 @@ class Decoder(LayerStack):
         return self.normalize_output(x)
 
     def step(self, x, step, cache: DecoderCache,
-             kernels: kernels_lib.Kernels = kernels_lib.STEP):
+             kernels: kernels_lib.Kernels = kernels_lib.STEP, with_attention: bool = False):
         """x [batch, 1, d_model] at position `step` -> (y [batch, 1, d_model], the
-        tuple of updated self-attention caches, one per layer)."""
+        tuple of updated self-attention caches, one per layer), and with
+        `with_attention` the last layer's cross-attention averaged over heads,
+        float32 [batch, S], third."""
         new_self = []
         for i, layer in enumerate(self.layers):
-            x, layer_cache = layer.step(x, step, cache.self_attention[i], cache.memory_keys[i],
-                                        cache.memory_values[i], cache.memory_bias, kernels)
+            last = with_attention and i == self.num_layers - 1
+            out = layer.step(x, step, cache.self_attention[i], cache.memory_keys[i],
+                             cache.memory_values[i], cache.memory_bias, kernels, last)
+            x, layer_cache = out[:2]
             new_self.append(layer_cache)
+        if with_attention:
+            return self.normalize_output(x), tuple(new_self), out[2]
         return self.normalize_output(x), tuple(new_self)
