@@ -54,6 +54,8 @@ _TRAIN_OVERRIDES = {
     "jit_compile": (bool, "Compile the forward and backward pass with XLA."),
     "compile_step": (bool, "Compile the whole step (with Adam) with XLA, once per batch shape; "
                            "one replica. Pair with --static_batch."),
+    "steps_per_call": (int, "Optimizer steps per tf.function call: the host queues N steps "
+                            "at once (logging, evaluation and checkpoints end a call)."),
     "checkpoint_minutes": (float, "Minutes between checkpoints (paper: 10)."),
     "checkpoint_steps": (int, "Also checkpoint every this many steps (0: time only)."),
     "keep_checkpoints": (int, "Checkpoints kept in model_dir."),
