@@ -150,7 +150,7 @@ class TrainConfig:
     max_steps: int = 100000
     accum_steps: int = 1
     dtype: str = "float32"  # float32 | mixed_bfloat16 | mixed_float16
-    jit_compile: bool = False  # forward and backward only, per replica
+    jit_compile: bool = False  # forward and backward per micro-batch, one trace for all replicas
     # The whole replica step (forward, backward, loss scaling, all-reduce, Adam) in one
     # XLA program per batch shape (training/compiled_step.py); one replica only.
     compile_step: bool = False

@@ -51,7 +51,8 @@ _TRAIN_OVERRIDES = {
     "max_steps": (int, "Stop after this many optimizer steps (global)."),
     "accum_steps": (int, "Batches per replica accumulated into one optimizer step."),
     "dtype": (str, "float32, mixed_bfloat16 or mixed_float16 (with loss scaling)."),
-    "jit_compile": (bool, "Compile the forward and backward pass with XLA."),
+    "jit_compile": (bool, "Compile the forward and backward pass with XLA (one trace for "
+                          "every replica, one compilation per batch shape)."),
     "compile_step": (bool, "Compile the whole step (with Adam) with XLA, once per batch shape; "
                            "one replica. Pair with --static_batch."),
     "steps_per_call": (int, "Optimizer steps per tf.function call: the host queues N steps "

@@ -1,9 +1,10 @@
 """Corpora streamed from disk: tf.data reads the files, Python holds no pair.
 
 `open_corpus(spec)` returns a `StreamedCorpus` for a TSV or `SRC,TGT`
-spec, a `TfdsCorpus` for `tfds:wmt14_translate/...`. Opening it reads only the first PROBE_LINES lines, with the rules of
-corpus.py, so a missing, empty or mostly bad file fails at once with the same
-`CorpusError` as `read_corpus`. Training reads it with `pairs(shard, tally)`:
+spec, a `TfdsCorpus` for `tfds:wmt14_translate/...`. Opening it reads only
+the first PROBE_LINES lines, with the rules of corpus.py, so a missing, empty
+or mostly bad file fails at once with the same `CorpusError` as
+`read_corpus`. Training reads it with `pairs(shard, tally)`:
 
   TextLineDataset -> enumerate (the line number is the pair's "index")
   -> shard by input pipeline (line i goes to pipeline i % n)
