@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 export KERAS_BACKEND := tensorflow
 
-.PHONY: demo test test-fast venv clean c-client
+.PHONY: demo test test-fast test-recipes venv clean c-client
 
 $(VENV)/.installed: requirements.txt requirements-test.txt
 	$(PYTHON) -m venv $(VENV)
@@ -19,10 +19,15 @@ demo: venv
 	bash data/demo.sh
 
 test: venv
-	$(PY) -m pytest -q -n 2 --dist loadfile tests
+	$(PY) -m pytest -q -n 2 --dist loadfile -m "not recipes" tests
 
 test-fast: venv
-	$(PY) -m pytest -q -n 2 --dist loadfile -m "not slow" tests
+	$(PY) -m pytest -q -n 2 --dist loadfile -m "not slow and not recipes" tests
+
+# The four WMT14 recipes trained, averaged, translated, evaluated and exported on TFDS mock
+# data, at a tiny width and at their own sizes (tens of minutes on a CPU).
+test-recipes: venv
+	$(PY) -m pytest -q -m recipes tests/test_recipes.py
 
 # The C API client of an export (export/serving/c_client), built against the tensorflow wheel.
 c-client: venv

@@ -155,10 +155,13 @@ class TrainConfig:
     max_steps: int = 100000
     accum_steps: int = 1
     dtype: str = "float32"  # float32 | mixed_bfloat16 | mixed_float16
-    jit_compile: bool = False  # forward and backward only, per replica
+    jit_compile: bool = False  # forward and backward per micro-batch, one trace for all replicas
     # The whole replica step (forward, backward, loss scaling, all-reduce, Adam) in one
     # XLA program per batch shape (training/compiled_step.py); one replica only.
     compile_step: bool = False
+    # Optimizer steps per tf.function call (Orbit's steps_per_loop): the host queues
+    # N steps at once; logging, evaluation, checkpoints and max_steps end a call.
+    steps_per_call: int = 1
     checkpoint_minutes: float = 10.0
     checkpoint_steps: int = 0  # 0: time-based only
     keep_checkpoints: int = 20
@@ -176,6 +179,8 @@ class TrainConfig:
             raise ConfigError("warmup_steps must be positive")
         if self.accum_steps < 1:
             raise ConfigError("accum_steps must be >= 1")
+        if self.steps_per_call < 1:
+            raise ConfigError("steps_per_call must be >= 1")
         for name in ("keep_best", "early_stop"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be >= 0 (0: off), got {getattr(self, name)}")

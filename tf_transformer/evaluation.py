@@ -17,6 +17,7 @@ import time
 from typing import Callable, Sequence
 
 import keras
+import numpy as np
 from sacrebleu.metrics import BLEU, CHRF
 from sacremoses import MosesTokenizer
 
@@ -93,27 +94,62 @@ def evaluate_translator(translator: Translator, corpus: Corpus, batch_size: int 
 
 
 def dev_bleu_fn(corpus: Corpus, tokenizer: Tokenizer, config: Config, max_sentences: int = 500,
-                batch_size: int | None = None) -> Callable[[keras.Model], dict]:
+                batch_size: int | None = None, shards=None) -> Callable[[keras.Model], dict]:
     """For Trainer.train(evaluate_fn=...): live model -> {"dev_bleu": sacreBLEU}.
 
     Translates the first `max_sentences` pairs of `corpus` with a Translator
     around the live model (config.decode settings, sources up to
     config.data.max_length), built once so that its graph is traced once.
+    With `shards` (training's distribution.Shards: `count`, `map`, `sum`), pair i
+    goes to shard i % count: each replica of each worker translates its own on
+    its device and BLEU is computed from the summed n-gram statistics, which is
+    sacreBLEU's corpus score of all the pairs.
     """
     sources = corpus.sources[:max_sentences]
     references = corpus.targets[:max_sentences]
     cached: list = []  # [(model, translator)]: the trainer passes the same model each time
 
-    def evaluate(model: keras.Model) -> dict:
+    def translator_of(model: keras.Model) -> Translator:
         if not cached or cached[0][0] is not model:
-            translator = Translator(model, tokenizer, config.decode, config.data.max_length)
-            cached[:] = [(model, translator)]
-        results = translate_sentences(cached[0][1], sources,
-                                      batch_size or config.decode.batch_size)
-        hypotheses = [r.texts[0] for r in results]
-        return {"dev_bleu": BLEU().corpus_score(hypotheses, [references]).score}
+            cached[:] = [(model, Translator(model, tokenizer, config.decode,
+                                            config.data.max_length))]
+        return cached[0][1]
+
+    def translate(translator: Translator, texts: list[str]) -> list[str]:
+        results = translate_sentences(translator, texts, batch_size or config.decode.batch_size)
+        return [r.texts[0] for r in results]
+
+    def evaluate(model: keras.Model) -> dict:
+        translator = translator_of(model)  # built once, before any thread
+        if shards is None:
+            return {"dev_bleu": BLEU().corpus_score(translate(translator, sources),
+                                                    [references]).score}
+        per_shard = shards.map(lambda shard: bleu_statistics(
+            translate(translator, sources[shard::shards.count]),
+            references[shard::shards.count]))
+        return {"dev_bleu": bleu_from_statistics(shards.sum(np.sum(per_shard, axis=0)))}
 
     return evaluate
+
+
+def bleu_statistics(hypotheses: Sequence[str], references: Sequence[str]) -> np.ndarray:
+    """[hypothesis length, reference length, 4 matches, 4 totals] of sacreBLEU's
+    corpus BLEU: summed over parts of a corpus, they give the corpus's score."""
+    if not hypotheses:
+        return np.zeros(10)
+    score = BLEU().corpus_score(list(hypotheses), [list(references)])
+    return np.array([score.sys_len, score.ref_len, *score.counts, *score.totals], np.float64)
+
+
+def bleu_from_statistics(stats: np.ndarray) -> float:
+    """sacreBLEU's corpus BLEU (its default settings) from `bleu_statistics`' sums."""
+    bleu = BLEU()
+    return BLEU.compute_bleu(correct=[int(c) for c in stats[2:6]],
+                             total=[int(t) for t in stats[6:10]],
+                             sys_len=int(stats[0]), ref_len=int(stats[1]),
+                             smooth_method=bleu.smooth_method, smooth_value=bleu.smooth_value,
+                             effective_order=bleu.effective_order,
+                             max_ngram_order=bleu.max_ngram_order).score
 
 
 def combine(*evaluate_fns: Callable[[keras.Model], dict] | None) -> Callable[[keras.Model], dict]:

@@ -56,9 +56,12 @@ _TRAIN_OVERRIDES = {
     "dtype": (str, "float32, mixed_bfloat16, mixed_float16 (with loss scaling), or auto: "
                    "mixed_bfloat16 on a GPU or a CPU with bfloat16 matrix units (amx_bf16), "
                    "else float32."),
-    "jit_compile": (bool, "Compile the forward and backward pass with XLA."),
+    "jit_compile": (bool, "Compile the forward and backward pass with XLA (one trace for "
+                          "every replica, one compilation per batch shape)."),
     "compile_step": (bool, "Compile the whole step (with Adam) with XLA, once per batch shape; "
                            "one replica. Pair with --static_batch."),
+    "steps_per_call": (int, "Optimizer steps per tf.function call: the host queues N steps "
+                            "at once (logging, evaluation and checkpoints end a call)."),
     "checkpoint_minutes": (float, "Minutes between checkpoints (paper: 10)."),
     "checkpoint_steps": (int, "Also checkpoint every this many steps (0: time only)."),
     "keep_checkpoints": (int, "Checkpoints kept in model_dir."),

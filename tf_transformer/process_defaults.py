@@ -5,26 +5,46 @@ its own environment. Each binary (train, translate, evaluate, average_checkpoint
 export) calls `apply()` first in its main, before its first TensorFlow import,
 because TensorFlow reads these variables once, at import.
 
-  TF_ENABLE_ONEDNN_OPTS=1  TensorFlow's oneDNN kernels. The stock wheel turns
-      them on by itself only on CPUs with AVX-512 VNNI/BF16 or AMX; on an
-      AVX2/FMA CPU its Eigen kernels are built without FMA and oneDNN doubles
-      the products' throughput (BUILD.md, performance decisions). They only
-      concern ops TensorFlow places on the CPU.
+  TF_ENABLE_ONEDNN_OPTS=1  TensorFlow's oneDNN kernels, only where the CPU runs
+      the model (no GPU visible). The stock wheel turns them on by itself only
+      on CPUs with AVX-512 VNNI/BF16 or AMX; on an AVX2/FMA CPU its Eigen kernels
+      are built without FMA and oneDNN doubles the products' throughput
+      (BUILD.md, performance decisions). On a GPU machine the CPU runs only the
+      input pipeline and TensorFlow's own default stands.
 
-A variable the user set is left as it is.
+Whether a GPU is visible is decided here without TensorFlow (it is not imported
+yet): an NVIDIA device node (/dev/nvidia0, ...) and CUDA_VISIBLE_DEVICES not
+hiding every device ("" or -1). A variable the user set is left as it is.
 """
 
 from __future__ import annotations
 
 import os
+import re
 
 DEFAULTS = {"TF_ENABLE_ONEDNN_OPTS": "1"}
+_NVIDIA_DEVICE = re.compile(r"nvidia\d+$")
 
 
-def apply(environ=os.environ) -> dict[str, str]:
-    """Sets every DEFAULTS variable that `environ` lacks; returns the ones it set."""
+def gpu_visible(environ=os.environ, dev_dir: str = "/dev") -> bool:
+    """Whether TensorFlow would see a GPU: a /dev/nvidiaN node, not hidden by
+    CUDA_VISIBLE_DEVICES."""
+    hidden = environ.get("CUDA_VISIBLE_DEVICES")
+    if hidden is not None and hidden.strip() in ("", "-1"):
+        return False
+    try:
+        return any(_NVIDIA_DEVICE.match(name) for name in os.listdir(dev_dir))
+    except OSError:
+        return False
+
+
+def apply(environ=os.environ, gpu: bool | None = None) -> dict[str, str]:
+    """Sets every DEFAULTS variable (CPU settings) that `environ` lacks when no GPU
+    is visible (`gpu`: None asks `gpu_visible(environ)`); returns the ones it set."""
+    if gpu is None:
+        gpu = gpu_visible(environ)
     applied = {}
-    for name, value in DEFAULTS.items():
+    for name, value in ({} if gpu else DEFAULTS).items():
         if name not in environ:
             environ[name] = applied[name] = value
     return applied

@@ -126,12 +126,13 @@ def main(argv):
     evaluate_fn = None
     if FLAGS.dev_data:
         dev_corpus = corpus.read_corpus(FLAGS.dev_data)
-        dev = pipeline.make_dataset(dev_corpus, tok, config.data, training=False)
-        evaluate_fn = dev_loss_fn(dev, config.train.label_smoothing)
+        shards = distribution.Shards(strategy)  # split over every replica and worker
+        dev_fn = pipeline.dataset_fn(dev_corpus, tok, config.data, training=False)
+        evaluate_fn = dev_loss_fn(dev_fn, config.train.label_smoothing, shards)
         if FLAGS.dev_bleu_sentences:
             from tf_transformer import evaluation
             evaluate_fn = evaluation.combine(evaluate_fn, evaluation.dev_bleu_fn(
-                dev_corpus, tok, config, FLAGS.dev_bleu_sentences))
+                dev_corpus, tok, config, FLAGS.dev_bleu_sentences, shards=shards))
 
     def train_dataset_fn(start_step):
         # 0 when the trainer restores the saved input position; otherwise (a

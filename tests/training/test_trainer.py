@@ -22,7 +22,7 @@ from tf_transformer.config import Config, ConfigError
 from tf_transformer.model import build_model
 from tf_transformer import model_dir as model_dir_lib
 from tf_transformer.training import keras_optimizers, losses
-from tf_transformer.training.trainer import NonFiniteLossError, Trainer
+from tf_transformer.training.trainer import NonFiniteLossError, StepPolicy, Trainer
 
 
 def _sgd():
@@ -44,10 +44,14 @@ def _train(tmp_path, name, strategy, batches, steps, optimizer_fn=None, **train)
     return trainer, losses
 
 
-def test_output_layer_on_non_pad_positions_equals_the_full_masked_loss(tmp_path):
-    """The trainer skips pad positions before the softmax layer; the loss and
-    gradients must equal those of every position with pads weighted 0."""
-    trainer = Trainer(train_config(), str(tmp_path), tf.distribute.get_strategy())
+@pytest.mark.parametrize("gather", [True, False], ids=["gather_cpu", "fixed_shape_gpu_xla"])
+def test_output_layer_on_non_pad_positions_equals_the_full_masked_loss(tmp_path, gather):
+    """On CPU the trainer skips pad positions before the softmax layer (a gather whose
+    shape depends on the data); on GPU and under XLA it keeps every position (a fixed
+    shape). The loss and gradients must equal those of every position with pads
+    weighted 0 either way."""
+    trainer = Trainer(train_config(), str(tmp_path), tf.distribute.get_strategy(),
+                      step_policy=StepPolicy(gather_targets=gather))
     batch = {k: tf.constant(v) for k, v in pad_batch(random_batch(3, 4, 6), 9).items()}
     variables = trainer.model.trainable_variables
     with tf.GradientTape() as tape:
@@ -58,6 +62,9 @@ def test_output_layer_on_non_pad_positions_equals_the_full_masked_loss(tmp_path)
     full_grads = [tf.convert_to_tensor(g) for g in tape.gradient(full_sum, variables)]
     grads, loss_sum, tokens, _ = trainer._grads(batch)
     assert float(tokens) == float(tf.reduce_sum(weights)) < 4 * 9
+    ops = {op.type for op in tf.function(trainer._loss_sums).get_concrete_function(
+        {k: tf.TensorSpec([None, None], tf.int32) for k in batch}).graph.get_operations()}
+    assert ("Where" in ops) == gather  # the data-dependent shape only where gathered
     np.testing.assert_allclose(float(loss_sum), float(full_sum), rtol=1e-6)
     for got, want in zip(grads, full_grads):
         np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-4, atol=1e-6)

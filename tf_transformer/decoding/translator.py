@@ -30,8 +30,9 @@ bfloat16 weights and products (model/kernels.py: on oneDNN, the CPU's matrix
 units), while scores, the softmax statistics and the search's arithmetic stay
 float32 and tokenization is unchanged.
 
-In graph mode the decoding cache grows by chunks of positions, and a large
-batch is searched as `parallel_searches` sub-batches side by side. With
+In graph mode the decoding cache grows by chunks of positions, and on a CPU
+a large batch is searched as `parallel_searches` sub-batches side by side (on
+a GPU as one: `searches_per_batch`). With
 `decode_config.jit_compile` the search runs as one XLA computation on padded,
 fixed shapes (compiled_search.py; the tokenizer ops stay outside it). Outputs are
 the same either way.
@@ -61,6 +62,7 @@ from tf_transformer.decoding.compiled_search import LENGTH_BUCKET, CompiledSearc
 from tf_transformer.decoding.model_search import ModelSearch
 from tf_transformer.inputs import tokenizer as tokenizer_lib
 from tf_transformer.inputs.tokenizer import Tokenizer, TokenizerPair
+from tf_transformer.model import kernels
 from tf_transformer.model.transformer import Transformer
 from tf_transformer.search.beam_search import BeamSearchResult
 from tf_transformer.search.state import SymbolsToLogitsFn
@@ -70,6 +72,13 @@ from tf_transformer.search.state import SymbolsToLogitsFn
 MIN_SENTENCES_PER_SEARCH = 8
 # The search's inputs once alpha and extra_length are resolved (no -1 defaults).
 _SEARCH_INPUTS = [signatures.IDS, tf.TensorSpec([], tf.float32), tf.TensorSpec([], tf.int32)]
+
+
+def searches_per_batch(decode_config: DecodeConfig, device_type: str) -> int:
+    """Searches a graph-mode batch is split into: `parallel_searches` on a CPU, whose
+    cores the executor fills with the searches' interleaved small ops; one on a GPU,
+    where every search's ops queue on the same stream and a split only adds loops."""
+    return 1 if device_type == "GPU" else int(decode_config.parallel_searches)
 
 
 class Translator(tf.Module):
@@ -85,12 +94,15 @@ class Translator(tf.Module):
         (config.data.max_length); capped at model.max_positions.
       decode_step: the search's symbols_to_logits_fn, by default the model's
         (model_search.py); tools wrap it to count steps.
+      device_type: "CPU" or "GPU", where the search runs (`searches_per_batch`);
+        default: where TensorFlow places it (a GPU if one is visible).
     """
 
     def __init__(self, model: Transformer, tokenizer: Tokenizer | TokenizerPair,
                  decode_config: DecodeConfig,
                  max_source_length: int, name: str | None = None,
-                 decode_step: SymbolsToLogitsFn | None = None):
+                 decode_step: SymbolsToLogitsFn | None = None,
+                 device_type: str | None = None):
         super().__init__(name=name)
         if max_source_length < 2:
             raise ValueError("max_source_length must leave room for one token and EOS")
@@ -103,7 +115,8 @@ class Translator(tf.Module):
         self.max_source_length = int(min(max_source_length, model.max_positions))
         self.max_target_length = int(model.max_positions)
         self.jit_compile = bool(decode_config.jit_compile)
-        self.parallel_searches = int(decode_config.parallel_searches)
+        self.parallel_searches = searches_per_batch(decode_config,
+                                                    device_type or kernels.device_type())
         self.dtype = str(model.compute_dtype)  # of the weights' products (DecodeConfig.dtype)
         # Without a tokenizer (ids in, ids out) no id is forbidden.
         byte_fallback = self.target_tokenizer is not None and self.target_tokenizer.byte_fallback

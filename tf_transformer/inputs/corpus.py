@@ -9,7 +9,7 @@ Every binary takes its corpus as one spec string (see `read_corpus`):
   SPEC:reverse                               any of the above, directions swapped
 
 `read_corpus` holds the pairs in memory (dev and test sets); streamed.py's
-`open_corpus` streams text files from disk (training corpora of any size).
+`open_corpus` streams text files and TFDS from disk (training corpora of any size).
 
 A bad pair is skipped and counted under one reason, never dropped silently:
 `no_tab`, `extra_tab` (TSV only), `empty_side`, `invalid_utf8` and `too_long`
@@ -209,21 +209,42 @@ def _zip_strict(a: Iterator[bytes], b: Iterator[bytes], a_name: str,
         yield x, y
 
 
-def read_tfds_wmt14(pair: str = "de-en", split: str = "train", reverse: bool = False,
-                    data_dir: str | None = None,
-                    max_chars: int = DEFAULT_MAX_CHARS) -> Corpus:
-    """Reads TFDS `wmt14_translate`; `pair` is `source-target`, e.g. "en-de".
+@dataclasses.dataclass(frozen=True)
+class TfdsSource:
+    """A TFDS `wmt14_translate` split in one direction (`tfds_source` parses a spec)."""
 
-    The TFDS configs are `de-en` and `fr-en`; `pair` may name either direction
-    ("en-de" reads the `de-en` config with English as the source) and `reverse`
-    swaps it again. `data_dir` defaults to TFDS's own (or $TFDS_DATA_DIR).
-    Holds the whole split in memory (WMT14 en-de train: 4.5M pairs, about 1.3 GB).
-    """
+    config: str  # the TFDS config: "de-en" or "fr-en"
+    split: str  # any TFDS split string, e.g. "train" or "train[:1%]"
+    source_lang: str
+    target_lang: str
+
+    @property
+    def name(self) -> str:
+        return (f"{TFDS_PREFIX}wmt14_translate/{self.config}:{self.split} "
+                f"({self.source_lang}->{self.target_lang})")
+
+    def builder(self, data_dir: str | None = None):
+        """The TFDS builder, prepared (downloaded on first use; TFDS's data_dir or
+        $TFDS_DATA_DIR by default)."""
+        tfds = import_tfds()
+        builder = tfds.builder(f"wmt14_translate/{self.config}", data_dir=data_dir)
+        builder.download_and_prepare()
+        return builder
+
+
+def import_tfds():
     try:
-        import tensorflow_datasets as tfds  # optional: only this reader needs it
+        import tensorflow_datasets as tfds  # imported only by the TFDS readers
     except ImportError as e:
         raise CorpusError("reading wmt14_translate needs tensorflow-datasets: "
                           "pip install tensorflow-datasets") from e
+    return tfds
+
+
+def tfds_source(pair: str = "de-en", split: str = "train", reverse: bool = False) -> TfdsSource:
+    """`pair` is `source-target`, e.g. "en-de": the TFDS configs are `de-en` and
+    `fr-en`, and `pair` may name either direction ("en-de" reads the `de-en`
+    config with English as the source); `reverse` swaps it again."""
     source_lang, _, target_lang = pair.partition("-")
     config = f"{source_lang}-{target_lang}"
     if config not in WMT14_PAIRS:
@@ -233,15 +254,36 @@ def read_tfds_wmt14(pair: str = "de-en", split: str = "train", reverse: bool = F
                           f"{WMT14_PAIRS} in either direction")
     if reverse:
         source_lang, target_lang = target_lang, source_lang
-    name = f"{TFDS_PREFIX}wmt14_translate/{config}:{split} ({source_lang}->{target_lang})"
-    dataset = tfds.load(f"wmt14_translate/{config}", split=split, data_dir=data_dir)
-    tally, pairs = Tally(name, max_chars), []
+    return TfdsSource(config, split, source_lang, target_lang)
+
+
+def parse_tfds_spec(spec: str) -> TfdsSource:
+    """`tfds:wmt14_translate/PAIR[:SPLIT][:reverse]` (SPLIT defaults to train)."""
+    reverse = spec.endswith(REVERSE_SUFFIX)
+    if reverse:
+        spec = spec[:-len(REVERSE_SUFFIX)]
+    name, _, split = spec[len(TFDS_PREFIX):].partition(":")
+    dataset, _, pair = name.partition("/")
+    if dataset != "wmt14_translate" or not pair:
+        raise CorpusError(f"{spec}: only tfds:wmt14_translate/PAIR[:SPLIT] is supported")
+    return tfds_source(pair, split or "train", reverse)
+
+
+def read_tfds_wmt14(pair: str = "de-en", split: str = "train", reverse: bool = False,
+                    data_dir: str | None = None,
+                    max_chars: int = DEFAULT_MAX_CHARS) -> Corpus:
+    """Reads TFDS `wmt14_translate` into memory (dev and test sets; training streams
+    it: streamed.TfdsCorpus); `pair` as in `tfds_source`."""
+    source = tfds_source(pair, split, reverse)
+    tfds = import_tfds()
+    dataset = source.builder(data_dir).as_dataset(split=split)
+    tally, pairs = Tally(source.name, max_chars), []
     for example in tfds.as_numpy(dataset):
-        source, target = _decode(example[source_lang]), _decode(example[target_lang])
-        if source is None or target is None:
+        src, tgt = _decode(example[source.source_lang]), _decode(example[source.target_lang])
+        if src is None or tgt is None:
             tally.bad("invalid_utf8")
         else:
-            pair = tally.add(source, target)
+            pair = tally.add(src, tgt)
             if pair:
                 pairs.append(pair)
     return tally.finish(pairs)
@@ -254,15 +296,13 @@ def read_corpus(spec: str, max_chars: int = DEFAULT_MAX_CHARS) -> Corpus:
     string, e.g. `train[:1%]`), `SRC_PATH,TGT_PATH`, or a TSV path; any of them
     may end in `:reverse` to swap source and target.
     """
+    if spec.removesuffix(REVERSE_SUFFIX).startswith(TFDS_PREFIX):
+        source = parse_tfds_spec(spec)
+        return read_tfds_wmt14(f"{source.source_lang}-{source.target_lang}", source.split,
+                               max_chars=max_chars)
     reverse = spec.endswith(REVERSE_SUFFIX)
     if reverse:
         spec = spec[:-len(REVERSE_SUFFIX)]
-    if spec.startswith(TFDS_PREFIX):
-        name, _, split = spec[len(TFDS_PREFIX):].partition(":")
-        dataset, _, pair = name.partition("/")
-        if dataset != "wmt14_translate" or not pair:
-            raise CorpusError(f"{spec}: only tfds:wmt14_translate/PAIR[:SPLIT] is supported")
-        return read_tfds_wmt14(pair, split or "train", reverse=reverse, max_chars=max_chars)
     paths, _ = split_spec(spec)
     if len(paths) == 2:
         corpus = read_parallel(*paths, max_chars=max_chars)

@@ -162,7 +162,7 @@ def make_dataset(corpus: Corpus | StreamedCorpus, tokenizer: Tokenizer,
 
 def dataset_fn(corpus: Corpus | StreamedCorpus, tokenizer: Tokenizer, data_config: DataConfig,
                row_length: int | None = None):
-    """For `strategy.distribute_datasets_from_function`, as pipeline.dataset_fn (training)."""
+    """fn(input_context) -> this input pipeline's dataset, as pipeline.dataset_fn (training)."""
     def fn(input_context: tf.distribute.InputContext) -> tf.data.Dataset:
         return make_dataset(corpus, tokenizer, data_config, row_length=row_length,
                             input_context=input_context)

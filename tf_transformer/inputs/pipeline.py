@@ -22,8 +22,8 @@ B only for the last, partial batches of a finite epoch).
 
 `tokens_per_batch` is per replica: `dataset_fn` builds one pipeline per input
 worker (`tf.distribute.InputContext`), shards the pairs by input pipeline and
-emits per-replica batches, which `distribute_datasets_from_function` hands to
-the replicas in turn.
+emits per-replica batches, which the trainer hands to its local replicas in
+turn, copied to their devices a step ahead (training/input_state.py).
 
 The pairs come from an in-memory `Corpus` or, for training corpora of any
 size, a `StreamedCorpus` read from disk by tf.data (see streamed.py).
@@ -294,7 +294,8 @@ def make_dataset(corpus: Corpus | StreamedCorpus, tokenizer: Tokenizer,
 
 def dataset_fn(corpus: Corpus | StreamedCorpus, tokenizer: Tokenizer, data_config: DataConfig,
                training: bool) -> Callable[[tf.distribute.InputContext], tf.data.Dataset]:
-    """For `strategy.distribute_datasets_from_function`; tokens_per_batch is per replica."""
+    """fn(input_context) -> this input pipeline's dataset (the trainer's `dataset_fn`, or
+    an evaluation shard); tokens_per_batch is per replica."""
     def fn(input_context: tf.distribute.InputContext) -> tf.data.Dataset:
         return make_dataset(corpus, tokenizer, data_config, training=training,
                             input_context=input_context)

@@ -1,9 +1,10 @@
-"""Corpora streamed from disk: tf.data reads the text files, Python holds no pair.
+"""Corpora streamed from disk: tf.data reads the files, Python holds no pair.
 
 `open_corpus(spec)` returns a `StreamedCorpus` for a TSV or `SRC,TGT`
-spec. Opening it reads only the first PROBE_LINES lines, with the rules of
-corpus.py, so a missing, empty or mostly bad file fails at once with the same
-`CorpusError` as `read_corpus`. Training reads it with `pairs(shard, tally)`:
+spec, a `TfdsCorpus` for `tfds:wmt14_translate/...`. Opening it reads only
+the first PROBE_LINES lines, with the rules of corpus.py, so a missing, empty
+or mostly bad file fails at once with the same `CorpusError` as
+`read_corpus`. Training reads it with `pairs(shard, tally)`:
 
   TextLineDataset -> enumerate (the line number is the pair's "index")
   -> shard by input pipeline (line i goes to pipeline i % n)
@@ -166,6 +167,19 @@ class StreamedCorpus:
         skipped = tally.check()
         logging.info("%s: %d pairs read, skipped %s", self.name, tally.valid, skipped)
 
+    def _lines(self, shard: tuple[int, int]) -> tf.data.Dataset:
+        """Batches of (index, source, target, code): pipeline `shard`'s lines, classified."""
+        index, num = shard
+        if len(self.paths) == 2:
+            lines = _aligned(*self.paths).enumerate().shard(num, index).batch(LINE_BATCH)
+            return lines.map(lambda i, pair: classify_parallel(
+                i, pair[0], pair[1], pair[2], pair[3], self.paths, self.max_chars),
+                num_parallel_calls=tf.data.AUTOTUNE)
+        lines = tf.data.TextLineDataset(self.paths[0]).enumerate()
+        return lines.shard(num, index).batch(LINE_BATCH).map(
+            lambda i, raw: classify_tsv(i, raw, self.max_chars),
+            num_parallel_calls=tf.data.AUTOTUNE)
+
     def pairs(self, shard: tuple[int, int] = (0, 1),
               tally: StreamTally | None = None) -> tf.data.Dataset:
         """One pass of {"index": int64 line number, "source", "target": string}.
@@ -176,16 +190,7 @@ class StreamedCorpus:
         if tally is None:
             tally = StreamTally(f"{self.name} [{index}/{num}]")
         self.tallies[shard] = tally
-        if len(self.paths) == 2:
-            lines = _aligned(*self.paths).enumerate().shard(num, index).batch(LINE_BATCH)
-            classified = lines.map(lambda i, pair: classify_parallel(
-                i, pair[0], pair[1], pair[2], pair[3], self.paths, self.max_chars),
-                num_parallel_calls=tf.data.AUTOTUNE)
-        else:
-            lines = tf.data.TextLineDataset(self.paths[0]).enumerate()
-            classified = lines.shard(num, index).batch(LINE_BATCH).map(
-                lambda i, raw: classify_tsv(i, raw, self.max_chars),
-                num_parallel_calls=tf.data.AUTOTUNE)
+        classified = self._lines(shard)
 
         def keep(i, source, target, code):
             counts = tf.math.bincount(code, minlength=VALID + 1, maxlength=VALID + 1,
@@ -279,14 +284,74 @@ def _aligned(source_path: str, target_path: str) -> tf.data.Dataset:
     return both.take_while(lambda s, t: s[1] | t[1]).map(lambda s, t: (s[0], t[0], s[1], t[1]))
 
 
-def open_corpus(spec: str, max_chars: int = corpus_lib.DEFAULT_MAX_CHARS):
-    """The corpus a spec names, streamed from disk for text files (TFDS is read whole).
+class TfdsCorpus(StreamedCorpus):
+    """A TFDS `wmt14_translate` split read by tf.data from TFDS's files each pass.
 
-    Returns a `StreamedCorpus` for a TSV or `SRC,TGT` spec
-    (checked now on its first lines, read by tf.data at training time), else
-    the `Corpus` of `read_corpus`. Both work with `tokenizer.train_sentencepiece`
-    and `pipeline.make_dataset`/`dataset_fn`.
+    Holds the TFDS source, never pairs. Each input pipeline reads its own part:
+    TFDS's `ReadConfig` carries the input context, so pipeline i of n reads every
+    n-th file of the split; a split of fewer files than pipelines is sharded by
+    example instead (each pipeline then reads every file). Pairs are checked by
+    the rules of the parallel-file reader (no_tab and extra_tab cannot occur).
+    """
+
+    def __init__(self, spec: str, max_chars: int = corpus_lib.DEFAULT_MAX_CHARS,
+                 probe_lines: int = PROBE_LINES, data_dir: str | None = None):
+        self.source = corpus_lib.parse_tfds_spec(spec)
+        self.paths, self.reverse = [spec, spec], False  # the direction is in `source`
+        self.name, self.max_chars, self.data_dir = spec, max_chars, data_dir
+        self.tallies: dict[tuple[int, int], StreamTally] = {}
+        self._builder = self.source.builder(data_dir)
+        self._probe(probe_lines)
+
+    def examples(self, shard: tuple[int, int] = (0, 1)) -> tf.data.Dataset:
+        """(source, target) string pairs of pipeline `shard` = (i, n), in TFDS's order."""
+        tfds = corpus_lib.import_tfds()
+        index, num = shard
+        by_file = num > 1 and self._files() >= num
+        read_config = tfds.ReadConfig(
+            input_context=tf.distribute.InputContext(num, index, 1) if by_file else None)
+        dataset = self._builder.as_dataset(split=self.source.split, read_config=read_config,
+                                           shuffle_files=False)
+        if num > 1 and not by_file:
+            dataset = dataset.shard(num, index)
+        source, target = self.source.source_lang, self.source.target_lang
+        return dataset.map(lambda example: (example[source], example[target]))
+
+    def _files(self) -> int:
+        """Files of the split (0 when TFDS has no record of them, as under mock data)."""
+        try:
+            return len(self._builder.info.splits[self.source.split].file_instructions)
+        except (KeyError, ValueError, AttributeError):
+            return 0
+
+    def _scan(self, tally: corpus_lib.Tally):
+        tfds = corpus_lib.import_tfds()
+        for raw_source, raw_target in tfds.as_numpy(self.examples()):
+            source, target = corpus_lib._decode(raw_source), corpus_lib._decode(raw_target)
+            if source is None or target is None:
+                tally.bad("invalid_utf8")
+                yield None
+            else:
+                yield tally.add(source, target)
+
+    def _lines(self, shard: tuple[int, int]) -> tf.data.Dataset:
+        index, num = shard
+        pairs = self.examples(shard).enumerate().map(
+            lambda i, pair: (i * num + index, pair[0], pair[1]))  # unique over pipelines
+        return pairs.batch(LINE_BATCH).map(
+            lambda i, source, target: classify_parallel(
+                i, source, target, tf.ones_like(i, tf.bool), tf.ones_like(i, tf.bool),
+                self.paths, self.max_chars), num_parallel_calls=tf.data.AUTOTUNE)
+
+
+def open_corpus(spec: str, max_chars: int = corpus_lib.DEFAULT_MAX_CHARS):
+    """The corpus a spec names, streamed from disk: a `TfdsCorpus` for
+    `tfds:wmt14_translate/...`, else a `StreamedCorpus` (TSV or `SRC,TGT`).
+
+    Both are checked now on their first pairs and read by tf.data at training
+    time, and both work with `tokenizer.train_sentencepiece` and
+    `pipeline.make_dataset`/`dataset_fn`.
     """
     if spec.removesuffix(corpus_lib.REVERSE_SUFFIX).startswith(corpus_lib.TFDS_PREFIX):
-        return corpus_lib.read_corpus(spec, max_chars)
+        return TfdsCorpus(spec, max_chars)
     return StreamedCorpus(spec, max_chars)

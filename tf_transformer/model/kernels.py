@@ -22,7 +22,8 @@ explicitly (no module state):
 `for_inference(dtype)` gives a Translator its encoding and step policies.
 
 Under XLA every choice compiles to the same dot. The private TensorFlow ops
-the decoding cache writes with live here too, behind adapters that
+the decoding cache writes with, and the kernel registry that decides where the
+in-place write may run (`has_kernel`), live here too, behind adapters that
 tests/model/test_kernels.py holds to their contract.
 """
 
@@ -32,6 +33,7 @@ import dataclasses
 from typing import Callable
 
 import tensorflow as tf
+from tensorflow.python.framework import kernels as tf_kernels
 from tensorflow.python.ops import gen_array_ops
 
 Product = Callable[..., tf.Tensor]  # (x, y, adj_y=False) -> x y or x y^T
@@ -93,13 +95,46 @@ def for_inference(dtype) -> InferenceKernels:
     return InferenceKernels(encoding=ENCODING, step=STEP)
 
 
+# -- where a graph's ops run, and which kernels TensorFlow has there --------
+def device_type(device: str = "") -> str:
+    """"GPU" or "CPU": the type of `device` (a device string, "" for none), or for
+    no device, where TensorFlow's default placement puts an op (a GPU if one is
+    visible)."""
+    named = tf.DeviceSpec.from_string(device or "").device_type
+    if named:
+        return named.upper()
+    return "GPU" if tf.config.list_logical_devices("GPU") else "CPU"
+
+
+def has_kernel(op_type: str, device: str, dtype: tf.DType, attr: str = "T") -> bool:
+    """Whether this TensorFlow build registers a kernel of `op_type` on `device`
+    ("CPU", "GPU") for `dtype` as its type attribute `attr`."""
+    dtype = tf.as_dtype(dtype).as_datatype_enum
+    for kernel in registered_kernels(op_type):
+        allowed = [c.allowed_values.list.type for c in kernel.constraint if c.name == attr]
+        if kernel.device_type == device and all(dtype in types for types in allowed):
+            return True
+    return False
+
+
 # -- adapters of TensorFlow ops outside its public API ------------------------
+def registered_kernels(op_type: str) -> list:
+    """The KernelDefs TensorFlow registered for `op_type` (device_type, constraint)."""
+    return list(tf_kernels.get_registered_kernels_for_op(op_type).kernel)
+
+
 def write_rows_in_place(matrix: tf.Tensor, rows: tf.Tensor, values: tf.Tensor) -> tf.Tensor:
-    """matrix [n, d] with rows `rows` int32 [m] set to values [m, d], written into
-    the input's own buffer (TensorFlow's InplaceUpdate, the op behind
-    `alias_inplace_update`): no copy of the matrix. Safe only on a tensor no
-    other op reads afterwards."""
-    return gen_array_ops.inplace_update(matrix, rows, values)
+    """matrix [n, d] with rows `rows` int32 [m] set to values [m, d].
+
+    Written into the input's own buffer (TensorFlow's InplaceUpdate, the op
+    behind `alias_inplace_update`: no copy of the matrix) where TensorFlow has
+    that kernel for the device the write runs on (`device_type` of the matrix)
+    and its dtype; elsewhere a scatter, so an op without a kernel never sends
+    the cache to the host and back. Safe only on a tensor no other op reads
+    afterwards."""
+    if has_kernel("InplaceUpdate", device_type(matrix.device), matrix.dtype):
+        return gen_array_ops.inplace_update(matrix, rows, values)
+    return tf.tensor_scatter_nd_update(matrix, rows[:, None], values)
 
 
 def distinct_zeros(shape: tf.Tensor, dtype: tf.DType) -> tf.Tensor:

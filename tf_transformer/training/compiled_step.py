@@ -1,4 +1,17 @@
-"""The whole replica step as one XLA program per batch shape (TrainConfig.compile_step).
+"""The step under XLA: `ReplicaGrads` (--jit_compile) and `CompiledStep` (--compile_step).
+
+`ReplicaGrads` compiles one micro-batch's forward and backward pass (loss,
+token count, loss scaling) as one XLA function of (weights, batch, seed key,
+loss scale), the weights passed in as this replica's values (Keras's
+`StatelessScope`) rather than captured: under MirroredStrategy TensorFlow traces
+a function again for each replica's device, and a traced function captures
+that replica's variables. Traced once, eagerly before the step (`prepare`), with
+free batch dimensions, the one concrete function serves every replica; XLA compiles
+it once per bucket shape on each device. No shape in it depends on the data
+(every target position, pads weighted 0). The all-reduce and Adam's update stay
+outside: under MirroredStrategy they are cross-device (`merge_call`).
+
+The whole replica step as one XLA program per batch shape (TrainConfig.compile_step).
 
 Forward, backward, loss scaling, the (one-replica) all-reduce, the division by
 the token count, the gradient norm and Keras's Adam update run in one
@@ -21,9 +34,58 @@ from __future__ import annotations
 
 import time
 
+import keras
 import tensorflow as tf
 
-from tf_transformer.config import ConfigError
+from tf_transformer.config import PAD_ID, ConfigError
+
+
+class ReplicaGrads:
+    """Callable like Trainer._grads(batch, seed_key) -> (grads, loss sum, tokens,
+    source tokens), in replica context; one trace for every replica (`traces`)."""
+
+    def __init__(self, trainer):
+        self._trainer = trainer
+        self._fn = tf.function(self._grads_of_values, jit_compile=True)
+        self._concrete = None
+
+    @property
+    def traces(self) -> int:
+        return self._fn.experimental_get_tracing_count()
+
+    def _grads_of_values(self, values, batch, seed_key, scale):
+        trainer = self._trainer
+        with tf.GradientTape() as tape:
+            tape.watch(values)
+            mapping = list(zip(trainer.model.trainable_variables, values))
+            with keras.StatelessScope(state_mapping=mapping):
+                loss_sum, tokens = trainer._loss_sums(batch, seed_key)
+            scaled = loss_sum * scale
+        grads = tape.gradient(scaled, values)
+        return [tf.convert_to_tensor(g) for g in grads], loss_sum, tokens
+
+    def prepare(self, element_spec: dict) -> None:
+        """Traces the function for batches of `element_spec` (any rows and length), once.
+
+        Called eagerly, before the step function that calls this one is traced: the
+        trace then holds no replica's device scope or variables."""
+        if self._concrete is None:
+            variables = self._trainer.model.trainable_variables
+            self._concrete = self._fn.get_concrete_function(
+                [tf.TensorSpec(v.shape, v.dtype) for v in variables],
+                {k: tf.TensorSpec([None] * spec.shape.rank, spec.dtype)
+                 for k, spec in element_spec.items()},
+                tf.TensorSpec([], tf.int64), tf.TensorSpec([], tf.float32))
+
+    def __call__(self, batch, seed_key):
+        trainer = self._trainer
+        if self._concrete is None:
+            raise RuntimeError("ReplicaGrads.prepare must trace it before the step is traced")
+        values = [tf.convert_to_tensor(v) for v in trainer.model.trainable_variables]
+        grads, loss_sum, tokens = self._concrete(values, batch, seed_key,
+                                                 trainer._loss_scale_factor())
+        source_tokens = tf.reduce_sum(tf.cast(batch["source"] != PAD_ID, tf.float32))
+        return grads, loss_sum, tokens, source_tokens
 
 
 class CompiledStep:

@@ -1,9 +1,12 @@
-"""Choosing a tf.distribute strategy: one device, local mirrored, or multi-worker."""
+"""Choosing a tf.distribute strategy: one device, local mirrored, or multi-worker; the
+devices of this worker's replicas and an evaluation split over all of them (`Shards`)."""
 
+import concurrent.futures
 import json
 import os
 import time
 
+import numpy as np
 import tensorflow as tf
 from absl import logging
 
@@ -69,10 +72,25 @@ def is_chief(strategy: tf.distribute.Strategy) -> bool:
 
 def local_replicas(strategy: tf.distribute.Strategy) -> int:
     """Replicas of this worker (all of them but under MultiWorkerMirroredStrategy)."""
+    return len(local_devices(strategy))
+
+
+def local_devices(strategy: tf.distribute.Strategy) -> list[str]:
+    """The devices of this worker's replicas, in replica order ("" under the default
+    strategy: TensorFlow's default placement)."""
     try:
-        return len(strategy.extended.worker_devices)
+        return list(strategy.extended.worker_devices)
     except RuntimeError:  # the default strategy
-        return strategy.num_replicas_in_sync
+        return [""] * strategy.num_replicas_in_sync
+
+
+def device_type(devices: list[str]) -> str:
+    """"GPU" or "CPU": the type of the replicas' devices (an unnamed device is a GPU
+    when one is visible, as TensorFlow places it)."""
+    named = tf.DeviceSpec.from_string(devices[0] if devices else "").device_type
+    if named:
+        return named.upper()
+    return "GPU" if tf.config.list_logical_devices("GPU") else "CPU"
 
 
 def wait_for_file(path: str, timeout_s: float = 3600.0, poll_s: float = 1.0) -> None:
@@ -83,3 +101,47 @@ def wait_for_file(path: str, timeout_s: float = 3600.0, poll_s: float = 1.0) -> 
         if time.monotonic() > deadline:
             raise TimeoutError(f"{path} did not appear within {timeout_s:.0f} s")
         time.sleep(poll_s)
+
+
+class Shards:
+    """An evaluation split over every replica of every worker.
+
+    Replica r of worker w takes shard w * local + r of `count` (a global replica
+    id); `map` runs this worker's shards side by side, one thread per device,
+    each under the strategy's scope and its device (so a mirrored variable is
+    read from that device's copy); `sum` adds this worker's figures to every
+    other worker's (one all-reduce across workers; none on a single worker).
+    Every worker must call `sum` the same number of times, as the trainer's
+    evaluations do (all at the same steps).
+    """
+
+    def __init__(self, strategy: tf.distribute.Strategy):
+        self.strategy = strategy
+        self.devices = local_devices(strategy)
+        self.count = strategy.num_replicas_in_sync
+        self.workers = self.count // len(self.devices)
+        resolver = getattr(strategy, "cluster_resolver", None)
+        worker = (resolver.task_id or 0) if self.workers > 1 else 0
+        self.local = [worker * len(self.devices) + r for r in range(len(self.devices))]
+
+    def map(self, fn) -> list:
+        """[fn(shard) for each local shard], each run on its device (in parallel)."""
+        def run(shard, device):
+            with self.strategy.scope(), tf.device(device):
+                return fn(shard)
+
+        if len(self.devices) == 1:
+            return [run(self.local[0], self.devices[0])]
+        with concurrent.futures.ThreadPoolExecutor(len(self.devices)) as pool:
+            return list(pool.map(run, self.local, self.devices))
+
+    def sum(self, values) -> np.ndarray:
+        """float64 [n]: `values` [n] summed over every worker."""
+        values = np.asarray(values, np.float64)
+        if self.workers == 1:
+            return values
+        local = len(self.devices)
+        per_replica = self.strategy.experimental_distribute_values_from_function(
+            lambda ctx: tf.constant(values if ctx.replica_id_in_sync_group % local == 0
+                                    else np.zeros_like(values)))
+        return self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None).numpy()

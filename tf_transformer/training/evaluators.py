@@ -1,7 +1,8 @@
 """Evaluations during training: dev loss, and when to run them.
 
 An evaluator is `model -> {"name": float}` (dev loss here, dev BLEU in
-tf_transformer/evaluation.py); `Evaluations` runs one at every checkpoint
+tf_transformer/evaluation.py; both split over replicas and workers with a
+`distribution.Shards`); `Evaluations` runs one at every checkpoint
 (eval_every=0) or every `eval_every` steps, and once at the end (unless that
 step was just evaluated), logging a line and writing the scalars to
 TensorBoard; with a `ModelSelection` it hands each result on (best/, early stop).
@@ -12,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from tf_transformer.training import losses
@@ -20,8 +22,15 @@ from tf_transformer.training.selection import ModelSelection
 Evaluator = Callable[[keras.Model], dict]
 
 
-def dev_loss_fn(dataset: tf.data.Dataset, label_smoothing: float) -> Evaluator:
-    """Mean label-smoothed loss per non-pad token over a finite dev dataset."""
+def dev_loss_fn(dataset: tf.data.Dataset | Callable[[tf.distribute.InputContext], tf.data.Dataset],
+                label_smoothing: float, shards=None) -> Evaluator:
+    """Mean label-smoothed loss per non-pad token over a finite dev dataset.
+
+    With `shards` (distribution.Shards), `dataset` is a function of an input
+    context and each replica of each worker sums the loss and tokens of its own
+    shard on its device; the sums are added over every worker, so the mean is
+    one device's (up to the order of float32 additions).
+    """
 
     @tf.function(reduce_retracing=True)
     def sums(model, batch):
@@ -29,11 +38,20 @@ def dev_loss_fn(dataset: tf.data.Dataset, label_smoothing: float) -> Evaluator:
         loss, weights = losses.smoothed_cross_entropy(logits, batch["target_out"], label_smoothing)
         return tf.reduce_sum(loss), tf.reduce_sum(weights)
 
-    def evaluate(model):
-        total, tokens = 0.0, 0.0
-        for batch in dataset:
+    def shard_sums(model, shard_dataset) -> list[float]:
+        total, tokens = tf.constant(0.0), tf.constant(0.0)
+        for batch in shard_dataset:
             loss, weight = sums(model, batch)
-            total, tokens = total + float(loss), tokens + float(weight)
+            total, tokens = total + loss, tokens + weight
+        return [float(total), float(tokens)]
+
+    def evaluate(model):
+        if shards is None:
+            total, tokens = shard_sums(model, dataset)
+        else:
+            per_shard = shards.map(lambda shard: shard_sums(model, dataset(
+                tf.distribute.InputContext(shards.count, shard, 1))))
+            total, tokens = shards.sum(np.sum(per_shard, axis=0))
         return {"dev_loss": total / max(tokens, 1.0)}
 
     return evaluate

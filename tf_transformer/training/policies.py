@@ -66,3 +66,10 @@ class SignalWatch:
     def __exit__(self, *exc) -> None:
         for s, handler in self._previous.items():
             signal.signal(s, handler)
+
+
+def next_sync_step(step: int, max_steps: int, every: tuple[int, ...]) -> int:
+    """The first step after `step` that is a multiple of one of `every` (0s ignored),
+    or `max_steps`: where the host next reads the device (trainer.py)."""
+    candidates = [max_steps] + [(step // n + 1) * n for n in every if n]
+    return min(candidates)

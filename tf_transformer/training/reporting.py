@@ -57,9 +57,14 @@ class ProgressReporter:
     def _reset(self) -> None:
         self._start, self._calls, self._tokens, self._flops = self._clock(), 0, 0.0, 0.0
 
-    def record(self, step: int, out: dict[str, float], skipped: bool, learning_rate: float,
-               loss_scale: float | None = None, force: bool = False) -> None:
-        """One step call; `skipped`: the optimizer did not apply it (gradient overflow)."""
+    def record(self, step: int, out: dict[str, float], skipped: bool,
+               learning_rate: float | Callable[[], float],
+               loss_scale: float | None | Callable[[], float | None] = None,
+               force: bool = False) -> None:
+        """One step call; `skipped`: the optimizer did not apply it (gradient overflow).
+
+        `learning_rate` and `loss_scale` may be functions, called only when a line is
+        written (each reads the device)."""
         self._calls += 1
         self._tokens += out["source_tokens"] + out["target_tokens"]
         self._flops += out.get("flops", 0.0)
@@ -72,6 +77,8 @@ class ProgressReporter:
             self._emit(step, out, learning_rate, loss_scale)
 
     def _emit(self, step, out, learning_rate, loss_scale) -> None:
+        learning_rate = learning_rate() if callable(learning_rate) else learning_rate
+        loss_scale = loss_scale() if callable(loss_scale) else loss_scale
         elapsed = max(self._clock() - self._start, 1e-9)
         self.tokens_per_sec = self._tokens / elapsed
         scalars = {"loss": out["loss"], "learning_rate": learning_rate,

@@ -10,6 +10,10 @@ Distributed contract: every decision that changes what the next collective
 is (stop for the time budget or a signal, checkpoint now) travels as a flag
 inside the step's own all-reduce, so all workers act on the same step; the
 step count (max_steps, checkpoint_steps) is the same everywhere by itself.
+
+The host runs ahead of the devices: host_loop.py queues `steps_per_call` steps
+per call and reads the device only at sync steps; the next step's batches are
+copied to the devices while a step computes (input_state.Staged).
 """
 
 from __future__ import annotations
@@ -28,11 +32,12 @@ from absl import logging
 
 from tf_transformer.config import PAD_ID, Config
 from tf_transformer.model import build_model, flops
-from tf_transformer.training import compiled_step, distribution, keras_optimizers, losses
+from tf_transformer.training import compiled_step, distribution, host_loop, keras_optimizers, losses
 from tf_transformer.training.divergence import DivergenceWatch
 from tf_transformer.training.evaluators import Evaluations, Evaluator
-from tf_transformer.training.input_state import InputCheckpoint
-from tf_transformer.training.policies import Budget, Every, SignalWatch
+from tf_transformer.training.host_loop import NonFiniteLossError  # noqa: F401 (train.py)
+from tf_transformer.training.input_state import InputCheckpoint, Staged
+from tf_transformer.training.policies import Budget, Every, SignalWatch, next_sync_step
 from tf_transformer.training.reporting import ProgressReporter, default_peak_tflops
 from tf_transformer.training.schedule import make_optimizer
 from tf_transformer.training.seeds import ReplicaSeeds
@@ -42,8 +47,22 @@ from tf_transformer.training.selection import ModelSelection
 SIGNAL, BUDGET, CHECKPOINT_TIME = range(3)
 
 
-class NonFiniteLossError(RuntimeError):
-    """Training produced a NaN or Inf loss; the last good checkpoint is kept."""
+@dataclasses.dataclass(frozen=True)
+class StepPolicy:
+    """The step's device-dependent choice, decided in one place (`step_policy_for`).
+
+    gather_targets: the output layer and softmax only on non-pad target positions
+      (tf.where + gather_nd): fewer products, but a shape that depends on the data,
+      which makes a GPU wait mid-step for the count and keeps XLA from compiling
+      the step. Otherwise every position, pads weighted 0: equal loss and gradients.
+    """
+
+    gather_targets: bool
+
+
+def step_policy_for(device_type: str, compiled: bool) -> StepPolicy:
+    """The gather only on CPU without XLA, where it was measured (BUILD.md)."""
+    return StepPolicy(gather_targets=device_type == "CPU" and not compiled)
 
 
 @dataclasses.dataclass
@@ -61,15 +80,18 @@ class Trainer:
 
     def __init__(self, config: Config, model_dir: str, strategy: tf.distribute.Strategy,
                  keep_checkpoints: int | None = None, peak_tflops: float | None = None,
-                 optimizer_fn: Callable[[], keras.optimizers.Optimizer] | None = None):
+                 optimizer_fn: Callable[[], keras.optimizers.Optimizer] | None = None,
+                 step_policy: StepPolicy | None = None):
         """`optimizer_fn`, called in the strategy's scope, makes the optimizer: a
         keras_optimizers.pre_reduced one, since the step all-reduces the gradients
-        itself. Default: the paper's Adam on its schedule (schedule.make_optimizer)."""
+        itself. Default: the paper's Adam on its schedule (schedule.make_optimizer).
+        `step_policy` defaults to the one for the strategy's devices."""
         self.config = config
         self.model_dir = model_dir
         self.strategy = strategy
         self.chief = distribution.is_chief(strategy)
-        self.local_replicas = distribution.local_replicas(strategy)
+        self.devices = distribution.local_devices(strategy)
+        self.local_replicas = len(self.devices)
         self.num_workers = strategy.num_replicas_in_sync // self.local_replicas
         resolver = getattr(strategy, "cluster_resolver", None)
         self.worker_index = (resolver.task_id or 0) if self.num_workers > 1 else 0
@@ -77,6 +99,9 @@ class Trainer:
         train = config.train
         if train.dtype == "auto":
             raise ValueError("resolve --dtype=auto first (training/precision.py)")
+        compiled = train.jit_compile or train.compile_step
+        self.step_policy = step_policy or step_policy_for(
+            distribution.device_type(self.devices), compiled)
         dtype = None if train.dtype == "float32" else train.dtype
         # The same initial weights and dropout seeds for the same seed. Keras draws
         # its default seeds from Python's `random`; tf.random.set_seed is avoided on
@@ -101,11 +126,17 @@ class Trainer:
         self.manager = tf.train.CheckpointManager(self.checkpoint, self._checkpoint_dir(),
                                                   max_to_keep=keep)
         self.inputs = InputCheckpoint(model_dir, self.worker_index, keep)
+        self.staging = Staged(self.devices, train.accum_steps)
+        # The agreed flags of the step that ended a call; while any is set, calls do
+        # nothing until the host has acted on them (a plain variable of this worker).
+        self.pending = tf.Variable(tf.zeros([3]), trainable=False)
         # Built once: a new tf.function per trace would compile the XLA cluster again.
-        # (compile_step compiles _replica_step whole, the plain _grads inside it.)
-        self._grads_fn = (tf.function(self._grads, jit_compile=True)
-                          if train.jit_compile and not train.compile_step else self._grads)
+        # (compile_step compiles _replica_step whole; jit_compile each micro-batch's
+        # forward and backward, one trace for every replica.)
+        self.replica_grads = (compiled_step.ReplicaGrads(self)
+                              if train.jit_compile and not train.compile_step else None)
         self._step_fn = None
+        self._loop_fn = None
 
     # -- checkpoints ---------------------------------------------------------
     def _checkpoint_dir(self) -> str:
@@ -132,43 +163,54 @@ class Trainer:
             logging.info("restored %s at step %d", path, self.step)
         return self.step
 
-    def save(self) -> str:
-        path = self.manager.save(checkpoint_number=self.step)
+    def save(self, step: int | None = None, staged=None) -> str:
+        """Checkpoints the model and optimizer, and the input position with `staged`
+        (the next step's batches already taken from the iterator, or None)."""
+        step = self.step if step is None else step
+        path = self.manager.save(checkpoint_number=step)
         if self.inputs.manager is not None:
-            self.inputs.save(self.step)
+            self.inputs.save(step, None if staged is None else self.staging.serialize(staged))
         if not self.chief:
             shutil.rmtree(self._checkpoint_dir(), ignore_errors=True)
         logging.info("saved checkpoint %s", path)
         return path
 
     # -- the step ------------------------------------------------------------
+    def _loss_sums(self, batch, seed_key=None):
+        """(sum of token losses, non-pad target tokens) of one micro-batch, float32.
+
+        `seed_key` (int64 scalar) picks the dropout masks (seeds.py)."""
+        inputs = {k: v for k, v in batch.items() if k != "target_out"}  # packed: + ids
+        if seed_key is None:
+            states = self.model.states(inputs, training=True)
+        else:
+            with self.seeds.scope(seed_key):
+                states = self.model.states(inputs, training=True)
+        labels = batch["target_out"]
+        if self.step_policy.gather_targets:
+            # The output layer and softmax only where there is a target token:
+            # padding would cost a [d_model, vocab] product per position.
+            positions = tf.where(tf.not_equal(labels, PAD_ID))
+            states, labels = tf.gather_nd(states, positions), tf.gather_nd(labels, positions)
+        token_loss, weights = losses.smoothed_cross_entropy(
+            self.model.logits(states), labels, self.config.train.label_smoothing)
+        return tf.reduce_sum(token_loss), tf.reduce_sum(weights)
+
+    def _loss_scale_factor(self):
+        if isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer):
+            return tf.cast(self.optimizer.dynamic_scale, tf.float32)
+        return tf.constant(1.0)
+
     def _grads(self, batch, seed_key=None):
         """Sums (not means) over one micro-batch: gradients, loss, tokens.
 
         `seed_key` (int64 scalar) picks the dropout masks (seeds.py)."""
         with tf.GradientTape() as tape:
-            inputs = {k: v for k, v in batch.items() if k != "target_out"}  # packed: + ids
-            if seed_key is None:
-                states = self.model.states(inputs, training=True)
-            else:
-                with self.seeds.scope(seed_key):
-                    states = self.model.states(inputs, training=True)
-            labels = batch["target_out"]
-            if not (self.config.train.jit_compile or self.config.train.compile_step):
-                # The output layer and softmax only where there is a target token:
-                # padding would cost a [d_model, vocab] product per position.
-                # (XLA needs static shapes and keeps every position.)
-                positions = tf.where(tf.not_equal(labels, PAD_ID))
-                states, labels = tf.gather_nd(states, positions), tf.gather_nd(labels, positions)
-            token_loss, weights = losses.smoothed_cross_entropy(
-                self.model.logits(states), labels, self.config.train.label_smoothing)
-            loss_sum = tf.reduce_sum(token_loss)
-            scaled = (self.optimizer.scale_loss(loss_sum)
-                      if isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer) else loss_sum)
+            loss_sum, tokens = self._loss_sums(batch, seed_key)
+            scaled = loss_sum * self._loss_scale_factor()
         grads = tape.gradient(scaled, self.model.trainable_variables)
         grads = [tf.convert_to_tensor(g) for g in grads]
-        source_tokens = tf.reduce_sum(tf.cast(batch["source"] != PAD_ID, tf.float32))
-        return grads, loss_sum, tf.reduce_sum(weights), source_tokens
+        return grads, loss_sum, tokens, source_token_count(batch)
 
     def _seed_key(self, micro: int) -> tf.Tensor:
         """(step * accum + micro) * replicas + global replica id: one dropout stream each."""
@@ -180,9 +222,10 @@ class Trainer:
 
     def _replica_step(self, batches, flags):
         flags = tf.identity(flags)  # on this replica's device, like the other sums
+        grads_fn = self.replica_grads or self._grads
         grads, loss_sum, tokens, source_tokens, step_flops = None, 0.0, 0.0, 0.0, 0.0
         for micro, batch in enumerate(batches):
-            more, l, t, s = self._grads_fn(batch, self._seed_key(micro))
+            more, l, t, s = grads_fn(batch, self._seed_key(micro))
             grads = more if grads is None else [a + b for a, b in zip(grads, more)]
             loss_sum, tokens, source_tokens = loss_sum + l, tokens + t, source_tokens + s
             shape = tf.cast(tf.shape(batch["source"]), tf.float32)
@@ -202,44 +245,58 @@ class Trainer:
                 "source_tokens": source_tokens, "grad_norm": grad_norm, "flops": step_flops,
                 "flags": flags}
 
+    def _distribute(self, staged):
+        """Per-replica values of staged batches (already on each replica's device)."""
+        local = self.local_replicas
+        return self.strategy.experimental_distribute_values_from_function(
+            lambda ctx: staged[ctx.replica_id_in_sync_group % local])
+
+    def _run_step(self, staged, flags) -> dict:
+        out = self.strategy.run(self._replica_step, args=(self._distribute(staged), flags))
+        # Values are all-reduced, hence equal on every replica.
+        return {k: self.strategy.experimental_local_results(v)[0] for k, v in out.items()}
+
     def step_fn(self) -> Callable:
         """tf.function(iterator, flags=None) -> dict of float32 scalars, one optimizer step.
 
-        `iterator`: a plain iterator of per-replica batches (this worker's; the
-        trainer's own, checkpointable) or a distributed one. `flags` [3] float32:
-        this worker's SIGNAL, BUDGET, CHECKPOINT_TIME; returned summed over replicas.
+        `iterator`: this worker's iterator of per-replica batches (element i * local
+        + r is replica r's micro-batch i). `flags` [3] float32: this worker's SIGNAL,
+        BUDGET, CHECKPOINT_TIME; returned summed over replicas. (The loop of `train`
+        runs `loop_fn` instead; both run `_replica_step`.)
         """
         if self._step_fn is None and self.config.train.compile_step:
             self._step_fn = compiled_step.CompiledStep(self)
         if self._step_fn is None:
-            accum, local = self.config.train.accum_steps, self.local_replicas
-
-            # reduce_retracing: one graph for every bucket shape (XLA, when on,
-            # still compiles each concrete shape once).
+            # reduce_retracing: one graph for every bucket shape.
             @tf.function(reduce_retracing=True)
+            def traced(iterator, flags):
+                return self._run_step(self.staging.fetch(iterator), flags)
+
             def step(iterator, flags=None):
-                if flags is None:
-                    flags = tf.zeros([3])
-                if isinstance(iterator, tf.distribute.DistributedIterator):
-                    batches = tuple(next(iterator) for _ in range(accum))
-                else:  # element i * local + r is replica r's micro-batch i
-                    elements = [next(iterator) for _ in range(accum * local)]
-                    batches = self.strategy.experimental_distribute_values_from_function(
-                        lambda ctx: tuple(elements[i * local + ctx.replica_id_in_sync_group % local]
-                                          for i in range(accum)))
-                out = self.strategy.run(self._replica_step, args=(batches, flags))
-                # Values are all-reduced, hence equal on every replica.
-                return {k: self.strategy.experimental_local_results(v)[0] for k, v in out.items()}
+                self._prepare(iterator.element_spec)
+                return traced(iterator, tf.zeros([3]) if flags is None else flags)
 
             self._step_fn = step
         return self._step_fn
+
+    def _prepare(self, element_spec) -> None:
+        """Traces what the step calls as a concrete function (eagerly, once)."""
+        if self.replica_grads is not None:
+            self.replica_grads.prepare(element_spec)
+
+    def loop_fn(self) -> Callable:
+        """The loop's call (host_loop.make_loop), built once."""
+        if self._loop_fn is None:
+            self._loop_fn = host_loop.make_loop(self)
+        return self._loop_fn
 
     def learning_rate(self) -> float:
         lr = self.optimizer.learning_rate
         return float(lr.numpy() if hasattr(lr, "numpy") else lr)
 
     def _iterator(self, dataset_fn, start_step: int):
-        """This worker's input iterator, at the saved position when there is one.
+        """This worker's input iterator, at the saved position when there is one, and
+        the staged batches saved with it (serialized; None if there are none).
 
         dataset_fn(start_step)(input_context): start_step is 0 when the saved
         position is restored, else the steps the pipeline should account for."""
@@ -248,11 +305,14 @@ class Trainer:
                                              self.strategy.num_replicas_in_sync)
         iterator = iter(dataset_fn(0 if saved else start_step)(context))
         self.inputs.attach(iterator)
+        staged = None
         if saved:
-            self.inputs.restore(start_step)
+            serialized = self.inputs.restore(start_step)
+            if serialized.shape[0]:
+                staged = self.staging.deserialize(serialized, iterator.element_spec)
         elif start_step:
             logging.warning("no saved input position for step %d: the input restarts", start_step)
-        return iterator
+        return iterator, staged
 
     # -- the loop --------------------------------------------------------------
     def train(self, dataset_fn, max_steps: int, max_minutes: float | None = None,
@@ -272,8 +332,7 @@ class Trainer:
         start_step = self.restore()
         writer = (tf.summary.create_file_writer(os.path.join(self.model_dir, "train"))
                   if self.chief else tf.summary.create_noop_writer())
-        iterator = self._iterator(dataset_fn, start_step)
-        step_fn = self.step_fn()
+        iterator, staged = self._iterator(dataset_fn, start_step)
         watch = (DivergenceWatch(unigram_loss, train.divergence_steps, train.warmup_steps)
                  if unigram_loss and train.divergence_steps else None)
         reporter = ProgressReporter(writer, log_fn, train.log_every,
@@ -284,33 +343,33 @@ class Trainer:
         evaluations = Evaluations(evaluate_fn, eval_every, self.model, writer, log_fn, selection)
         checkpoints, budget = Every(train.checkpoint_minutes, train.checkpoint_steps), \
             Budget(max_minutes)
-        loss, stopped_by, path = math.nan, "max_steps", None
+        calls = host_loop.Calls(self, iterator, staged)
+        # mixed_float16 may skip a step without advancing the count, and compile_step
+        # takes its batches in Python: both read the device after every call.
+        every_call = train.compile_step or self.loss_scale is not None
+        sync_every = (train.log_every, train.checkpoint_steps, eval_every)
+        step, loss, stopped_by, path = start_step, math.nan, "max_steps", None
         try:
             with SignalWatch() as signals:
-                while self.step < max_steps:
+                while step < max_steps:
                     flags = np.zeros([3], np.float32)
                     flags[[SIGNAL, BUDGET, CHECKPOINT_TIME]] = [
                         signals.received is not None,
                         budget.spent() or evaluations.stop_requested, checkpoints.time_due()]
-                    before = self.step
-                    out = {k: v.numpy() for k, v in step_fn(iterator, tf.constant(flags)).items()}
-                    step, loss = self.step, float(out["loss"])
-                    if not math.isfinite(loss):
-                        raise NonFiniteLossError(
-                            f"loss is {loss} at step {step}; stopping without saving, the last "
-                            f"good checkpoint is {tf.train.latest_checkpoint(self.model_dir)}")
-                    skipped = step == before
-                    if skipped:
-                        logging.warning("step %d skipped: gradients overflowed at loss scale %g",
-                                        step + 1, self.loss_scale)
-                    reporter.record(step, {k: float(v) for k, v in out.items() if k != "flags"},
-                                    skipped, self.learning_rate(), self.loss_scale,
-                                    force=step == max_steps and not skipped)
-                    agreed = out["flags"] > 0
+                    end = next_sync_step(step, max_steps, sync_every)
+                    n = min(train.steps_per_call, end - step)
+                    calls.run(flags, n, more=step + n < max_steps)
+                    step += n  # as far as the host knows: a set flag stops the device early
+                    if not (every_call or step == end):
+                        continue
+                    rows, before = calls.read(), step - n if every_call else None
+                    step, loss, skipped, agreed = host_loop.account(
+                        rows, reporter, max_steps, before, self.learning_rate,
+                        lambda: self.loss_scale, self.model_dir)
                     saved = False
                     if agreed[CHECKPOINT_TIME] or (not skipped and (
                             checkpoints.step_due(step) or evaluations.wants_checkpoint(step))):
-                        path, saved = self.save(), True
+                        path, saved = self.save(step, calls.staged_for_save()), True
                         checkpoints.reset()
                     if saved or not skipped:
                         evaluations.after_step(step, path if saved else None)
@@ -318,10 +377,17 @@ class Trainer:
                         stopped_by = ("signal" if agreed[SIGNAL] else
                                       "early_stop" if evaluations.stop_requested else "max_minutes")
                         break
-            if path is None or not path.endswith(f"-{self.step}"):
-                path = self.save()
-            evaluations.run(self.step, path)
+                    if agreed.any():
+                        self.pending.assign(tf.zeros([3]))
+            if path is None or not path.endswith(f"-{step}"):
+                path = self.save(step, calls.staged_for_save())
+            evaluations.run(step, path)
         finally:
             writer.flush()
-        return TrainResult(self.step, loss, stopped_by, path, reporter.tokens_per_sec,
+        return TrainResult(step, loss, stopped_by, path, reporter.tokens_per_sec,
                            reporter.skipped_steps)
+
+
+def source_token_count(batch) -> tf.Tensor:
+    """Non-pad source tokens of a batch, float32."""
+    return tf.reduce_sum(tf.cast(batch["source"] != PAD_ID, tf.float32))

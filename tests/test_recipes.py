@@ -1,0 +1,79 @@
+"""The four WMT14 recipes run end to end on TFDS mock data: train (reading
+`tfds:wmt14_translate/...` as a stream, dev loss and BLEU from its validation split),
+average, translate, evaluate on the test split and export, each binary once for all
+four recipes (tests/tfds_fixtures.py runs its main per recipe in one process).
+
+Only sizes are overridden: the token budget and the steps (2, a checkpoint each, the
+2 averaged); the vocabulary is given (the recipes' 32-37k pieces cannot be learned from
+mock sentences). `make test` trains the four at a tiny width (1+1 layers of d_model 32,
+2 dev BLEU sentences); `make test-recipes` runs the whole chain at that width and at the
+recipes' own base and big sizes (tens of minutes on a CPU).
+"""
+
+import os
+
+import pytest
+from tfds_fixtures import REPO_ROOT, binary_env, run_binary
+
+pytestmark = pytest.mark.slow
+
+RECIPES = ["wmt14_en_de_base", "wmt14_en_de_big", "wmt14_en_fr_base", "wmt14_en_fr_big"]
+MOCK_EXAMPLES = 16
+SIZES = ["--tokens_per_batch=256", "--max_steps=2", "--checkpoint_steps=1", "--eval_every=2"]
+TINY = ["--num_layers=1", "--d_model=32", "--d_ff=64", "--num_heads=2",
+        "--dev_bleu_sentences=2"]
+
+
+def _run(module, runs, timeout):
+    result = run_binary(module, runs, MOCK_EXAMPLES, binary_env(), timeout)
+    assert result.returncode == 0, (result.stdout[-2000:], result.stderr[-4000:])
+    return result.stdout
+
+
+def _train(dirs, vocab, overrides):
+    trained = _run("tf_transformer.train", [
+        [f"--flagfile={os.path.join(REPO_ROOT, 'tf_transformer', 'recipes', r + '.flags')}",
+         f"--vocab={vocab}", f"--model_dir={dirs[r]}", *overrides]
+        for r in RECIPES], timeout=3600)
+    lines = trained.splitlines()
+    done = [line for line in lines if line.startswith("done ")]
+    assert len(done) == 4 and all("step=2 " in d and "stopped_by=max_steps" in d
+                                  for d in done), done
+    evals = [line for line in lines if line.startswith("eval step=2 ")]
+    assert len(evals) == 4 and all("dev_loss=" in e and "dev_bleu=" in e for e in evals)
+
+
+def test_recipes_train_on_mock_data(tmp_path, spm_model_path):
+    """Each recipe's flags, data specs (a TFDS stream; dev from the validation split) and
+    mixed_bfloat16 training, 2 steps at a tiny width."""
+    _train({r: str(tmp_path / r) for r in RECIPES}, spm_model_path, SIZES + TINY)
+
+
+@pytest.mark.recipes
+@pytest.mark.parametrize("scale", ["tiny", "paper"])
+def test_recipes_train_average_translate_evaluate_export(tmp_path, spm_model_path, scale):
+    dirs = {r: str(tmp_path / r) for r in RECIPES}
+    _train(dirs, spm_model_path, SIZES + (TINY if scale == "tiny" else []))
+    averaged = _run("tf_transformer.average_checkpoints", [
+        [f"--model_dir={dirs[r]}", f"--output={dirs[r]}_avg", "--num_last=2"]
+        for r in RECIPES], timeout=1200)
+    assert averaged.count("averaged last 2 checkpoints") == 4
+    source = tmp_path / "input.txt"
+    source.write_text("a house\nthe cat sat on the mat\n", encoding="utf-8")
+    _run("tf_transformer.translate", [
+        [f"--model_dir={dirs[r]}_avg", f"--input={source}", f"--output={dirs[r]}.out"]
+        for r in RECIPES], timeout=1200)
+    for r in RECIPES:
+        with open(f"{dirs[r]}.out", encoding="utf-8") as f:
+            assert len(f.read().splitlines()) == 2, r
+    evaluated = _run("tf_transformer.evaluate", [
+        [f"--model_dir={dirs[r]}_avg", "--max_sentences=4", "--noprogress",
+         "--data=tfds:wmt14_translate/{}-{}:test".format(*r.split("_")[1:3])]
+        for r in RECIPES], timeout=1200)
+    scores = [line for line in evaluated.splitlines() if line.startswith("bleu=")]
+    assert len(scores) == 4 and all(" sentences=4 " in line for line in scores), evaluated
+    exported = _run("export.__main__", [
+        [f"--model_dir={dirs[r]}_avg", f"--export_dir={dirs[r]}_export", "--warmup_sentences="]
+        for r in RECIPES], timeout=2400)
+    for r in RECIPES:
+        assert os.path.exists(os.path.join(dirs[r] + "_export", "1", "saved_model.pb")), exported

@@ -1,0 +1,120 @@
+"""Two workers on localhost (TF_CONFIG), dropout on, started once for every check:
+
+  A: 6 steps, one per call, dev loss and dev BLEU every 3 steps (split over the workers);
+  B: 6 steps, 3 per call, checkpoints at 3 and 6; the run is then taken back to its
+     step-3 checkpoint (as if killed after it), whose input positions hold the batches
+     staged for step 4; C resumes there to step 6.
+
+C equals A (N steps per call and the saved staged batches change nothing, across
+workers), both stop on the same step, and A's evaluations are one device's.
+"""
+
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from train_binary_fixtures import start_workers
+
+from tf_transformer import evaluation
+from tf_transformer import model_dir as model_dir_lib
+from tf_transformer.inputs import corpus, pipeline
+from tf_transformer.training.evaluators import dev_loss_fn
+
+pytestmark = pytest.mark.slow
+
+COMMON = ["--deterministic", "--dropout=0.3", "--log_every=3", "--checkpoint_minutes=100"]
+DEV_BLEU_SENTENCES = 4
+
+
+def _finish(processes, timeout=600):
+    outputs = []
+    try:
+        for p in processes:
+            outputs.append(p.communicate(timeout=timeout)[0])
+    finally:
+        for p in processes:
+            p.kill()
+    for p, out in zip(processes, outputs):
+        assert p.returncode == 0, out[-3000:]
+    return outputs
+
+
+def _done_step(outputs):
+    steps = {next(l for l in out.splitlines() if l.startswith("done ")).split()[1]
+             for out in outputs}
+    assert len(steps) == 1, steps  # the same on both workers
+    return int(steps.pop().split("=")[1])
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, train_tsv, spm_model_path):
+    a_dir = tmp_path_factory.mktemp("one_per_call")
+    model_a, processes = start_workers(
+        a_dir, train_tsv, spm_model_path, *COMMON, "--max_steps=6", "--eval_every=3",
+        f"--dev_data={train_tsv}", f"--dev_bleu_sentences={DEV_BLEU_SENTENCES}")
+    outputs_a = _finish(processes)
+    b_dir = tmp_path_factory.mktemp("n_per_call")
+    model_b, processes = start_workers(b_dir, train_tsv, spm_model_path, *COMMON,
+                                       "--steps_per_call=4", "--checkpoint_steps=3",
+                                       "--max_steps=6")
+    outputs_b = _finish(processes)
+    for directory in [model_b] + [os.path.join(model_b, "input", f"worker_{i}")
+                                  for i in range(2)]:
+        _back_to_step_3(directory)
+    _, processes = start_workers(b_dir, train_tsv, spm_model_path, *COMMON,
+                                 "--steps_per_call=4", "--max_steps=6")
+    outputs_c = _finish(processes)
+    return model_a, outputs_a, model_b, outputs_b, outputs_c
+
+
+def _back_to_step_3(directory):
+    """Makes the step-3 checkpoint of `directory` the latest, the step-6 one gone."""
+    latest = tf.train.latest_checkpoint(directory)
+    assert latest.endswith("-6"), latest
+    for name in os.listdir(directory):
+        if name.startswith(os.path.basename(latest) + "."):
+            os.remove(os.path.join(directory, name))
+    with open(os.path.join(directory, "checkpoint"), "w") as f:
+        step_3 = latest[:-1] + "3"
+        f.write(f'model_checkpoint_path: "{os.path.basename(step_3)}"\n'
+                f'all_model_checkpoint_paths: "{os.path.basename(step_3)}"\n')
+    if "input" in directory:  # the batches of step 4, already on the devices at step 3
+        staged = tf.train.load_checkpoint(step_3).get_tensor("staged/.ATTRIBUTES/VARIABLE_VALUE")
+        assert len(staged) == 3  # one replica per worker: source, target_in, target_out
+
+
+def _weights(model_dir):
+    """Every variable of the latest checkpoint: the weights, Adam's moments and step."""
+    reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(model_dir))
+    names = sorted(n for n in reader.get_variable_to_shape_map()
+                   if n.endswith("VARIABLE_VALUE") and not n.startswith("save_counter"))
+    return {n: reader.get_tensor(n) for n in names}
+
+
+def test_n_steps_per_call_and_resume_equal_one_per_call_on_two_workers(runs):
+    model_a, outputs_a, model_b, outputs_b, outputs_c = runs
+    assert "with 2 replicas" in outputs_a[0]
+    assert _done_step(outputs_a) == 6 == _done_step(outputs_b) == _done_step(outputs_c)
+    assert all("restored the input position of step 3" in out for out in outputs_c)
+    a, c = _weights(model_a), _weights(model_b)
+    assert a.keys() == c.keys() and len(a) > 100
+    for name in a:
+        np.testing.assert_allclose(c[name], a[name], atol=2e-5, err_msg=name)
+
+
+def test_evaluations_split_over_workers_are_one_devices(runs, train_tsv, small_tokenizer):
+    model_a, outputs_a, _, _, _ = runs
+    evals = [[l for l in out.splitlines() if l.startswith("eval step=")] for out in outputs_a]
+    assert evals[0] == evals[1] and [e.split()[1] for e in evals[0]] == ["step=3", "step=6"]
+    logged = dict(field.split("=") for field in evals[0][-1].split()[2:])
+    loaded = model_dir_lib.load_model(model_a)  # ckpt-6, one device
+    config = loaded.config
+    dev = corpus.read_corpus(train_tsv)
+    dev_loss = dev_loss_fn(pipeline.make_dataset(dev, small_tokenizer, config.data,
+                                                 training=False),
+                           config.train.label_smoothing)(loaded.model)["dev_loss"]
+    dev_bleu = evaluation.dev_bleu_fn(dev, small_tokenizer, config,
+                                      DEV_BLEU_SENTENCES)(loaded.model)["dev_bleu"]
+    assert float(logged["dev_loss"]) == pytest.approx(dev_loss, abs=1e-4)
+    assert float(logged["dev_bleu"]) == pytest.approx(dev_bleu, abs=1e-4)

@@ -1,0 +1,155 @@
+"""The host's side of the training loop: it queues steps and reads the device only at syncs.
+
+A call runs up to `steps_per_call` steps in one tf.function (`make_loop`: a
+tf.while_loop, Orbit's steps_per_loop); each step's figures are one row of a
+[steps, STATS] tensor that the host holds without reading (`Calls`). The host
+reads the device only at a sync step (logging, evaluation, checkpoint,
+max_steps: policies.next_sync_step), where one copy brings every row since the
+last sync (`account`). A step whose all-reduced flags (trainer.py: signal,
+budget, checkpoint time) are set ends its call and stores them in the trainer's
+`pending` variable; while it is set, calls run nothing, so every worker acts on
+the flags after the same step though none reads them every step. Each step
+copies the next step's batches to the devices while it computes
+(input_state.Staged); the host holds them between calls and saves them with
+the input position.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+import tensorflow as tf
+from absl import logging
+
+from tf_transformer.training.reporting import ProgressReporter
+
+# The columns of a step's row of figures (the optimizer's iteration count after the step
+# last: a skipped mixed_float16 step leaves it unchanged; exact below 2^24 steps).
+STATS = ("loss", "target_tokens", "source_tokens", "grad_norm", "flops",
+         "flag_signal", "flag_budget", "flag_checkpoint", "iterations")
+FLAGS = slice(5, 8)
+
+
+class NonFiniteLossError(RuntimeError):
+    """Training produced a NaN or Inf loss; the last good checkpoint is kept."""
+
+
+def row(out: dict, iterations) -> tf.Tensor:
+    """A step's outputs (Trainer._run_step) as one [len(STATS)] float32 row, on the device."""
+    return tf.stack([out["loss"], out["target_tokens"], out["source_tokens"], out["grad_norm"],
+                     out["flops"], out["flags"][0], out["flags"][1], out["flags"][2],
+                     tf.cast(iterations, tf.float32)])
+
+
+def make_loop(trainer) -> Callable:
+    """call(iterator, staged, flags, n, more) -> (rows, staged, staged_valid).
+
+    Runs up to `n` steps (int32) on `staged` batches, each step copying the next
+    step's batches to the devices while it computes; `flags` ride the first step's
+    all-reduce. A step whose summed flags are set is the call's last and stores them
+    in `trainer.pending`; while `pending` is set the call runs nothing. `more`
+    (bool): fetch batches after the n-th step (False at max_steps, so the iterator
+    is never read past the last step). rows [steps run, len(STATS)].
+    """
+
+    @tf.function
+    def loop(iterator, staged, flags, n, more):
+        rows = tf.TensorArray(tf.float32, size=0, dynamic_size=True, element_shape=[len(STATS)])
+
+        def body(i, staged, valid, rows, go):
+            fetch = tf.logical_or(i + 1 < n, more)
+            upcoming = tf.cond(fetch, lambda: trainer.staging.fetch(iterator), lambda: staged)
+            out = trainer._run_step(staged, tf.where(i == 0, flags, tf.zeros_like(flags)))
+            raised = tf.reduce_any(out["flags"] > 0)
+            with tf.control_dependencies([trainer.pending.assign(
+                    tf.where(raised, out["flags"], trainer.pending))]):
+                figures = row(out, trainer.optimizer.iterations)
+            return i + 1, upcoming, fetch, rows.write(i, figures), tf.logical_not(raised)
+
+        go = tf.reduce_all(trainer.pending <= 0)
+        start = (tf.constant(0), staged, tf.constant(True), rows, go)
+        _, staged, valid, rows, _ = tf.while_loop(
+            lambda i, staged, valid, rows, go: tf.logical_and(i < n, go), body, start,
+            shape_invariants=(tf.TensorShape([]), trainer.staging.relaxed(staged),
+                              tf.TensorShape([]), tf.TensorShape(None), tf.TensorShape([])))
+        return rows.stack(), staged, valid
+
+    concrete = []
+
+    def call(iterator, staged, flags, n, more):
+        # Traced once, for batches of any shape (a trace per new shape would build the
+        # whole step's graph again).
+        if not concrete:
+            trainer._prepare(iterator.element_spec)
+            specs = tf.nest.map_structure(
+                lambda t: tf.TensorSpec([None] * t.shape.rank, t.dtype), staged)
+            concrete.append(loop.get_concrete_function(
+                iterator, specs, tf.TensorSpec([3], tf.float32), tf.TensorSpec([], tf.int32),
+                tf.TensorSpec([], tf.bool)))
+        return concrete[0](iterator, staged, flags, n, more)
+
+    return call
+
+
+class Calls:
+    """The loop's calls and what the host holds between two syncs: the rows not yet
+    read, and the staged batches (tensors on the devices, never read but to save)."""
+
+    def __init__(self, trainer, iterator, staged):
+        self.trainer, self.iterator = trainer, iterator
+        self.compiled = trainer.config.train.compile_step
+        self.window: list[tf.Tensor] = []
+        if self.compiled:  # CompiledStep: one step per call, its batches taken in Python
+            self.fn, self.staged, self.valid = trainer.step_fn(), None, False
+        else:
+            self.fn = trainer.loop_fn()
+            self.staged = staged if staged is not None else trainer.staging.fetch(iterator)
+            self.valid = tf.constant(True)
+
+    def run(self, flags: np.ndarray, n: int, more: bool) -> None:
+        if self.compiled:
+            out = self.fn(self.iterator, tf.constant(flags))
+            self.window.append(tf.expand_dims(row(out, self.trainer.optimizer.iterations), 0))
+            return
+        rows, self.staged, self.valid = self.fn(self.iterator, self.staged, tf.constant(flags),
+                                                tf.constant(n), tf.constant(more))
+        self.window.append(rows)
+
+    def read(self) -> np.ndarray:
+        """Every row since the last read, in one device-to-host copy."""
+        rows = tf.concat(self.window, axis=0).numpy()
+        self.window = []
+        return rows
+
+    def staged_for_save(self):
+        """The staged batches if they are the next step's (not after the last step)."""
+        if self.compiled or not bool(self.valid):
+            return None
+        return self.staged
+
+
+def account(rows: np.ndarray, reporter: ProgressReporter, max_steps: int, before: int | None,
+            learning_rate: Callable[[], float], loss_scale: Callable[[], float | None],
+            model_dir: str):
+    """Reports the rows read at a sync; returns (step, loss, last skipped, agreed flags).
+
+    `before`: the step before these rows when each call is read (a skipped step
+    leaves the count unchanged), else None. NonFiniteLossError at a NaN/Inf loss."""
+    previous, loss, skipped = before, math.nan, False
+    for values in rows:
+        out = dict(zip(STATS, values.tolist()))
+        step = int(out["iterations"])
+        if not math.isfinite(out["loss"]):
+            raise NonFiniteLossError(
+                f"loss is {out['loss']} at step {step}; stopping without saving, the last "
+                f"good checkpoint is {tf.train.latest_checkpoint(model_dir)}")
+        skipped = previous is not None and step == previous
+        if skipped:
+            logging.warning("step %d skipped: gradients overflowed at loss scale %g",
+                            step + 1, loss_scale())
+        previous, loss = step, out["loss"]
+        reporter.record(step, {k: out[k] for k in STATS[:5]}, skipped, learning_rate,
+                        loss_scale, force=step == max_steps and not skipped)
+    return step, loss, skipped, rows[-1, FLAGS] > 0
