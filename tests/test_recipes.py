@@ -5,9 +5,11 @@ four recipes (tests/tfds_fixtures.py runs its main per recipe in one process).
 
 Only sizes are overridden: the token budget and the steps (2, a checkpoint each, the
 2 averaged); the vocabulary is given (the recipes' 32-37k pieces cannot be learned from
-mock sentences). `make test` trains the four at a tiny width (1+1 layers of d_model 32,
-2 dev BLEU sentences); `make test-recipes` runs the whole chain at that width and at the
-recipes' own base and big sizes (tens of minutes on a CPU).
+mock sentences). `make test` trains the four at a tiny width (1+1 layers of d_model 32;
+dev BLEU of 2 sentences for the first, dev loss for all: the path is the same), then
+averages the first and evaluates it on its TFDS test split (the Translator's search on a
+mixed_bfloat16 model); `make test-recipes` runs the whole chain for all four at that width
+and at the recipes' own base and big sizes (tens of minutes on a CPU).
 """
 
 import os
@@ -20,8 +22,8 @@ pytestmark = pytest.mark.slow
 RECIPES = ["wmt14_en_de_base", "wmt14_en_de_big", "wmt14_en_fr_base", "wmt14_en_fr_big"]
 MOCK_EXAMPLES = 16
 SIZES = ["--tokens_per_batch=256", "--max_steps=2", "--checkpoint_steps=1", "--eval_every=2"]
-TINY = ["--num_layers=1", "--d_model=32", "--d_ff=64", "--num_heads=2",
-        "--dev_bleu_sentences=2"]
+TINY = ["--num_layers=1", "--d_model=32", "--d_ff=64", "--num_heads=2"]
+DEV_BLEU = ["--dev_bleu_sentences=2"]
 
 
 def _run(module, runs, timeout):
@@ -30,23 +32,38 @@ def _run(module, runs, timeout):
     return result.stdout
 
 
-def _train(dirs, vocab, overrides):
+def _train(dirs, vocab, overrides, dev_bleu_all=True):
+    """Trains the four recipes; dev BLEU for the first only unless `dev_bleu_all`."""
     trained = _run("tf_transformer.train", [
         [f"--flagfile={os.path.join(REPO_ROOT, 'tf_transformer', 'recipes', r + '.flags')}",
-         f"--vocab={vocab}", f"--model_dir={dirs[r]}", *overrides]
-        for r in RECIPES], timeout=3600)
+         f"--vocab={vocab}", f"--model_dir={dirs[r]}", *overrides,
+         *(DEV_BLEU if dev_bleu_all or i == 0 else ["--dev_bleu_sentences=0"])]
+        for i, r in enumerate(RECIPES)], timeout=3600)
     lines = trained.splitlines()
     done = [line for line in lines if line.startswith("done ")]
     assert len(done) == 4 and all("step=2 " in d and "stopped_by=max_steps" in d
                                   for d in done), done
     evals = [line for line in lines if line.startswith("eval step=2 ")]
-    assert len(evals) == 4 and all("dev_loss=" in e and "dev_bleu=" in e for e in evals)
+    assert len(evals) == 4 and all("dev_loss=" in e for e in evals), evals
+    assert all("dev_bleu=" in e for e in (evals if dev_bleu_all else evals[:1])), evals
 
 
-def test_recipes_train_on_mock_data(tmp_path, spm_model_path):
+def test_recipes_train_on_mock_data_then_average_and_evaluate(tmp_path, spm_model_path):
     """Each recipe's flags, data specs (a TFDS stream; dev from the validation split) and
-    mixed_bfloat16 training, 2 steps at a tiny width."""
-    _train({r: str(tmp_path / r) for r in RECIPES}, spm_model_path, SIZES + TINY)
+    mixed_bfloat16 training, 2 steps at a tiny width; the first recipe's 2 checkpoints
+    averaged and evaluated on its TFDS test split."""
+    dirs = {r: str(tmp_path / r) for r in RECIPES}
+    _train(dirs, spm_model_path, SIZES + TINY, dev_bleu_all=False)
+    first = dirs[RECIPES[0]]
+    averaged = _run("tf_transformer.average_checkpoints",
+                    [[f"--model_dir={first}", f"--output={first}_avg", "--num_last=2"]],
+                    timeout=600)
+    assert "averaged last 2 checkpoints" in averaged
+    evaluated = _run("tf_transformer.evaluate", [
+        [f"--model_dir={first}_avg", "--max_sentences=4", "--noprogress", "--beam_size=2",
+         "--extra_length=5", "--data=tfds:wmt14_translate/en-de:test"]], timeout=600)
+    scores = [line for line in evaluated.splitlines() if line.startswith("bleu=")]
+    assert len(scores) == 1 and " sentences=4 " in scores[0], evaluated
 
 
 @pytest.mark.recipes
