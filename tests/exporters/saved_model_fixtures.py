@@ -82,9 +82,10 @@ def _save_eos_scaled(model_dir, source_dir, scales):
 
 def make_model_dir(path, spm_model_path):
     """The tiny fixture's config (1+1 layers) and vocabulary; ckpt-1 (EOS scale 4.5),
-    ckpt-2 (scale 4)."""
+    ckpt-2 (scale 4). Seed 2: the bfloat16 search keeps 37 of test_bfloat16_export's 40
+    float32 outputs (seeds 2 to 4: 37 to 40; seed 1, an outlier among random models: 30)."""
     with open(spm_model_path, "rb") as f:
-        random_dir = model_fixtures.make_model_dir(path + "-random", f.read(), steps=0, seed=1,
+        random_dir = model_fixtures.make_model_dir(path + "-random", f.read(), steps=0, seed=2,
                                                    num_layers=1)
     os.makedirs(path)
     for name in ("config.json", model_dir_lib.VOCAB_FILE):
