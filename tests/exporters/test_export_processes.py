@@ -62,7 +62,8 @@ def test_clean_process_with_tensorflow_text_imported(exported, loaded, tmp_path)
 
 @pytest.mark.slow
 def test_jit_compiled_export_translates_as_the_default_one(model_dir, loaded, tmp_path):
-    """--decode_jit_compile: the XLA search inside the SavedModel, in a clean process."""
+    """--decode_jit_compile: the XLA search inside the SavedModel, in a clean process (one
+    batch: XLA compiles each batch and length shape once)."""
     compiled = export_model(model_dir, str(tmp_path / "xla"), *DECODE_FLAGS, "--average_last=2",
                        "--decode_jit_compile", "--warmup_sentences=")
     with open(os.path.join(compiled, "assets", saved_model.METADATA_FILE)) as f:
@@ -70,7 +71,7 @@ def test_jit_compiled_export_translates_as_the_default_one(model_dir, loaded, tm
     assert decode["jit_compile"] and decode["length_bucket"] == 16
     texts = dev_sentences(20, start=40) + [""]
     got, _ = clean_translate(compiled, ("\n".join(texts) + "\n").encode(), str(tmp_path),
-                              "--ops=libraries", "--batch_size=8")
+                              "--ops=libraries", "--batch_size=32")
     assert got == [t.decode() for t in serve_bytes(loaded, texts)]
 
 
