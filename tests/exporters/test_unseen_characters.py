@@ -1,8 +1,8 @@
 """Every character survives: a model whose vocabulary has byte fallback (the default) never
 prints <unk>'s "⁇", through the translate binary and through its SavedModel export.
 
-The model is the tiny fixture trained 100 steps on short pairs of the embedded corpus with a
-600-piece byte-fallback vocabulary; the sentences hold characters that corpus never shows
+The model is the tiny fixture (1+1 layers) trained 100 steps on short pairs of the embedded
+corpus with a 600-piece byte-fallback vocabulary; the sentences hold characters that corpus never shows
 (accented Latin beyond German's, Greek, CJK, emoji) beside ß and é, which its German has.
 Without byte fallback they would be <unk> (tests/inputs/test_tokenizer.py); a model pushed
 towards <unk> is tested in tests/decoding/test_translator_vocabularies.py.
@@ -33,7 +33,8 @@ DECODE_FLAGS = ["--beam_size=2", "--extra_length=8", "--parallel_searches=1"]
 def byte_fallback_trained(tmp_path_factory, byte_fallback_model_path):
     with open(byte_fallback_model_path, "rb") as f:
         proto = f.read()
-    return make_model_dir(str(tmp_path_factory.mktemp("model") / "bytes"), proto, steps=100)
+    return make_model_dir(str(tmp_path_factory.mktemp("model") / "bytes"), proto, steps=100,
+                          num_layers=1)
 
 
 def test_no_unk_through_the_translate_binary_and_the_saved_model(byte_fallback_trained,
