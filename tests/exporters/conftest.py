@@ -8,8 +8,8 @@ from tf_transformer.decoding.translator import Translator
 
 
 @pytest.fixture(scope="session")
-def model_dir(tmp_path_factory, tiny_model_dir):
-    return make_model_dir(str(tmp_path_factory.mktemp("export_model") / "eos"), tiny_model_dir)
+def model_dir(tmp_path_factory, spm_model_path):
+    return make_model_dir(str(tmp_path_factory.mktemp("export_model") / "eos"), spm_model_path)
 
 
 @pytest.fixture(scope="session")

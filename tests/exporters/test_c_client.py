@@ -1,6 +1,6 @@
 """The C client (export/serving/c_client): built with the system compiler against the
 tensorflow wheel's C API, it serves an export with no Python and translates as the
-Python SavedModel does, line for line."""
+Python SavedModel does, line for line (the session export of conftest.py)."""
 
 import os
 import re
@@ -10,11 +10,9 @@ import sys
 
 import pytest
 import tensorflow as tf
-from absl import flags
 from model_fixtures import REPO_ROOT
 
-from export import __main__ as export_main
-from tf_transformer.exporters import versions, warmup
+from tf_transformer.exporters import warmup
 
 CLIENT_DIR = os.path.join(REPO_ROOT, "export", "serving", "c_client")
 TF_INCLUDE = os.path.join(os.path.dirname(tf.__file__), "include", "tensorflow", "c", "c_api.h")
@@ -35,16 +33,6 @@ def client():
     return os.path.join(CLIENT_DIR, "translate"), library
 
 
-@pytest.fixture(scope="module")
-def exported(tiny_model_dir, tmp_path_factory):
-    export_dir = str(tmp_path_factory.mktemp("c_client") / "transformer")
-    flags.FLAGS.unparse_flags()
-    flags.FLAGS(["export", f"--model_dir={tiny_model_dir}", f"--export_dir={export_dir}",
-                 "--beam_size=2", "--extra_length=6", "--warmup_sentences="])
-    export_main.main([])
-    return os.path.join(export_dir, str(versions._last_issued(export_dir)))
-
-
 def _run(client, exported, data: bytes, *args):
     binary, library = client
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "TF_ENABLE_ONEDNN_OPTS": "1"}
@@ -52,23 +40,36 @@ def _run(client, exported, data: bytes, *args):
                           input=data, capture_output=True, env=env, timeout=300, check=False)
 
 
-@pytest.mark.slow
-def test_c_client_translates_as_the_python_saved_model(client, exported):
+def _lines():
+    """11 lines (batches of 4, 4, 3): dev sentences, an empty one, a CRLF ending, bad UTF-8."""
     dev = warmup.read_sentences(os.path.join(REPO_ROOT, "data", "libreoffice-help.en-de",
                                              "dev.tsv"))
     lines = [line.encode() for line in dev[:6] + ["", "Fonts und Farben"] + dev[200:202]]
-    lines.append(b"bad \xff\xfe bytes \xc3")  # 11 lines: batches of 4, 4, 3
-    data = b"".join(line + (b"\r\n" if i == 7 else b"\n") for i, line in enumerate(lines))
-    run = _run(client, exported, data, "--batch_size=4")
+    return lines + [b"bad \xff\xfe bytes \xc3"]
+
+
+def _data(lines):
+    return b"".join(line + (b"\r\n" if i == 7 else b"\n") for i, line in enumerate(lines))
+
+
+@pytest.fixture(scope="module")
+def default_run(client, exported):
+    """The client on _lines() in batches of 4, default thread pools."""
+    run = _run(client, exported, _data(_lines()), "--batch_size=4")
     assert run.returncode == 0, run.stderr.decode()[-3000:]
-    got = run.stdout.split(b"\n")
+    return run
+
+
+@pytest.mark.slow
+def test_c_client_translates_as_the_python_saved_model(default_run, loaded):
+    lines = _lines()
+    got = default_run.stdout.split(b"\n")
     assert got[-1] == b"" and len(got) == len(lines) + 1
-    loaded = tf.saved_model.load(exported)
     expected = loaded.signatures["serving_default"](text=tf.constant(lines))["translation"]
     expected = [t.replace(b"\n", b" ") for t in expected.numpy()]
     assert got[:-1] == expected
     assert len(set(expected)) > 3 and expected[6] == b"" and expected[-1]
-    timing = run.stderr.decode().splitlines()[-1]
+    timing = default_run.stderr.decode().splitlines()[-1]
     assert re.fullmatch(r"c_client load_seconds=\S+ batches=3 batch_size=4 sentences=11 "
                         r"seconds=\S+ first_batch_seconds=\S+ sentences_per_sec=[0-9.]+", timing)
 
@@ -86,13 +87,11 @@ def test_c_client_reads_names_from_the_signature_def(client, exported, args, mes
 
 
 @pytest.mark.slow
-def test_c_client_thread_pools_keep_the_translations(client, exported):
-    # The flags become a serialized ConfigProto: TF_SetConfig rejects a malformed one, and
-    # 300 takes a two-byte varint. Thread counts change scheduling, never the outputs.
-    data = b"Fonts und Farben\nEdit Points\nInserting a chart\n"
-    default = _run(client, exported, data)
-    assert default.returncode == 0, default.stderr.decode()[-3000:]
-    for args in (["--intra_op_threads=1"], ["--intra_op_threads=1", "--inter_op_threads=300"]):
-        run = _run(client, exported, data, *args)
-        assert run.returncode == 0, run.stderr.decode()[-3000:]
-        assert run.stdout == default.stdout
+def test_c_client_thread_pools_keep_the_translations(client, exported, default_run):
+    # The flags become a serialized ConfigProto (both fields): TF_SetConfig rejects a
+    # malformed one, and 300 takes a two-byte varint. Thread counts change scheduling,
+    # never the outputs.
+    run = _run(client, exported, _data(_lines()), "--batch_size=4", "--intra_op_threads=1",
+               "--inter_op_threads=300")
+    assert run.returncode == 0, run.stderr.decode()[-3000:]
+    assert run.stdout == default_run.stdout

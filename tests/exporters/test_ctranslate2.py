@@ -54,10 +54,13 @@ def pairs():
 
 @pytest.fixture(scope="module")
 def trained_model_dir(tmp_path_factory, spm_model_path):
-    """The tiny model after 120 steps: it emits EOS, so lengths (and penalties) vary."""
+    """The tiny model with 1+1 layers after 120 steps: it emits EOS, so lengths (and
+    penalties) vary. (The random 2+2-layer models of test_score_batch_equals_our_log_probs
+    check the conversion of a layer stack.)"""
     with open(spm_model_path, "rb") as f:
         proto = f.read()
-    return make_model_dir(str(tmp_path_factory.mktemp("model") / "trained"), proto, steps=120)
+    return make_model_dir(str(tmp_path_factory.mktemp("model") / "trained"), proto, steps=120,
+                          num_layers=1)
 
 
 def _convert(model_dir, tmp_path_factory, name):

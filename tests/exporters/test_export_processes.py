@@ -49,28 +49,38 @@ def test_clean_process_output_equals_the_translate_binary(exported, model_dir, t
     assert len(set(got)) > 10 and got[40:42] == ["", ""]
 
 
+@pytest.fixture(scope="module")
+def compiled_run(model_dir, tmp_path_factory):
+    """The --decode_jit_compile export (the XLA search inside the SavedModel) served by a
+    clean process that imports tensorflow_text, refusing keras_hub, keras_nlp and this
+    repository (the export with --ops=libraries: the test above): (export, lines, output
+    lines, status). One batch: XLA compiles each batch and length shape once."""
+    work = tmp_path_factory.mktemp("xla")
+    compiled = export_model(model_dir, str(work / "export"), *DECODE_FLAGS, "--average_last=2",
+                            "--decode_jit_compile", "--warmup_sentences=")
+    texts = dev_sentences(20, start=40) + [""]
+    got, status = clean_translate(compiled, ("\n".join(texts) + "\n").encode(), str(work),
+                                  "--ops=tensorflow_text",
+                                  "--refuse=keras_hub,keras_nlp,tf_transformer", "--batch_size=32")
+    return compiled, texts, got, status
+
+
 @pytest.mark.slow
-def test_clean_process_with_tensorflow_text_imported(exported, loaded, tmp_path):
-    texts = dev_sentences(4)
-    got, status = clean_translate(exported, ("\n".join(texts) + "\n").encode(), str(tmp_path),
-                                   "--ops=tensorflow_text",
-                                   "--refuse=keras_hub,keras_nlp,tf_transformer")
+def test_clean_process_with_tensorflow_text_imported(compiled_run, loaded):
+    _, texts, got, status = compiled_run
     assert got == [t.decode() for t in serve_bytes(loaded, texts)]
     assert status["refused_imports"] == []  # keras is imported, by tensorflow_text itself
     assert not [m for m in status["loaded_modules"] if not m.startswith("keras")]
 
 
 @pytest.mark.slow
-def test_jit_compiled_export_translates_as_the_default_one(model_dir, loaded, tmp_path):
+def test_jit_compiled_export_translates_as_the_default_one(compiled_run, loaded):
     """--decode_jit_compile: the XLA search inside the SavedModel, in a clean process."""
-    compiled = export_model(model_dir, str(tmp_path / "xla"), *DECODE_FLAGS, "--average_last=2",
-                       "--decode_jit_compile", "--warmup_sentences=")
+    compiled, texts, got, _ = compiled_run
     with open(os.path.join(compiled, "assets", saved_model.METADATA_FILE)) as f:
         decode = json.load(f)["decode"]
     assert decode["jit_compile"] and decode["length_bucket"] == 16
-    texts = dev_sentences(20, start=40) + [""]
-    got, _ = clean_translate(compiled, ("\n".join(texts) + "\n").encode(), str(tmp_path),
-                              "--ops=libraries", "--batch_size=8")
+    assert len(set(got)) > 10 and got[-1] == ""
     assert got == [t.decode() for t in serve_bytes(loaded, texts)]
 
 

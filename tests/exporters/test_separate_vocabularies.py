@@ -3,7 +3,7 @@
 The pair: short English sources of the embedded corpus, and as targets the same sentences
 with every Latin letter mapped to a Cyrillic one (so no target holds a Latin letter). The
 training binary trains one vocabulary per side (--source_vocab_size, --target_vocab_size)
-and 300 steps of a 1+1-layer model, scored on dev pairs (dev loss, dev BLEU through the
+and 150 steps of a 1+1-layer model, scored on dev pairs (dev loss, dev BLEU through the
 Translator); the export binary writes a SavedModel, loaded here;
 CTranslate2's conversion (when installed) gets both vocabularies.
 """
@@ -58,7 +58,7 @@ def pair(tmp_path_factory):
             "".join(f"{s}\t{s.translate(TO_CYRILLIC)}\n" for s in sources), encoding="utf-8")
     model_dir = str(work / "run")
     run = _train(f"--train_data={work / 'train.tsv'}", f"--dev_data={work / 'dev.tsv'}",
-                 "--dev_bleu_sentences=8", f"--model_dir={model_dir}", "--max_steps=300",
+                 "--dev_bleu_sentences=8", f"--model_dir={model_dir}", "--max_steps=150",
                  f"--source_vocab_size={SOURCE_SIZE}", f"--target_vocab_size={TARGET_SIZE}",
                  *TRAIN_FLAGS)
     assert run.returncode == 0, run.stderr[-3000:]
