@@ -8,16 +8,14 @@ pairs; each has its own vocabulary.
 """
 
 import dataclasses
-import json
 import os
 import re
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 import tensorflow as tf
-from model_fixtures import EMBEDDED_CORPUS_DIR, REPO_ROOT
+from binary_fixtures import run_mains
+from model_fixtures import EMBEDDED_CORPUS_DIR
 
 from tf_transformer import fine_tuning, presets
 from tf_transformer import model_dir as model_dir_lib
@@ -129,27 +127,22 @@ def _env():
     return env
 
 
-def _train(*flags):
-    return [sys.executable, "-m", "tf_transformer.train", *flags]
-
-
 def test_flags_that_would_change_the_architecture_are_refused(tiny_model_dir, tmp_path):
-    """Before anything is written (and before TensorFlow loads: each run takes a second)."""
+    """Before anything is written."""
     new = str(tmp_path / "new")
+    common = [f"--init_from={tiny_model_dir}", f"--model_dir={new}", "--train_data=x.tsv"]
     cases = {("--d_model=64",): "would change it (source, requested): {'d_model': (32, 64)}",
              ("--num_layers=2", "--num_heads=8"): "{'num_heads': (4, 8)}",
              ("--preset=tiny",): "--preset with --init_from",
              (f"--model_dir={tiny_model_dir}",): "--init_from names --model_dir itself"}
-    for flags, message in cases.items():
-        result = subprocess.run(
-            _train(f"--init_from={tiny_model_dir}", f"--model_dir={new}", "--train_data=x.tsv",
-                   *flags), cwd=REPO_ROOT, env=_env(), capture_output=True, text=True,
-            timeout=120)
-        assert result.returncode != 0 and message in result.stderr, (flags, result.stderr[-800:])
-    missing = subprocess.run(
-        _train(f"--init_from={tmp_path}/none:best", f"--model_dir={new}", "--train_data=x.tsv"),
-        cwd=REPO_ROOT, env=_env(), capture_output=True, text=True, timeout=120)
-    assert "no model directory (config.json)" in missing.stderr
+    argvs = [common + list(flags) for flags in cases]
+    argvs.append([f"--init_from={tmp_path}/none:best", f"--model_dir={new}",
+                  "--train_data=x.tsv"])
+    messages = [*cases.values(), "no model directory (config.json)"]
+    # One process for the five runs: each launch would import TensorFlow.
+    for run, message, argv in zip(run_mains("tf_transformer.train", argvs, _env(), 120),
+                                  messages, argvs, strict=True):
+        assert run["code"] != 0 and message in run["stderr"], (argv, run["stderr"][-800:])
     assert not os.path.exists(new)
 
 
@@ -162,7 +155,7 @@ MODEL = {"num_layers": 2, "d_model": 32, "d_ff": 64, "num_heads": 4}
 DATA = {"tokens_per_batch": 1024, "max_length": 64, "shuffle_buffer": 1000}
 TRAIN = {"warmup_steps": 100, "learning_rate_scale": 2.0, "checkpoint_minutes": 1000.0,
          "divergence_steps": 0, "log_every": 10, "keep_best": 0}
-SOURCE_STEPS, STEPS = 150, 30
+SOURCE_STEPS, STEPS = 100, 30
 
 
 def _write_tsv(path, sources, targets):
@@ -215,9 +208,9 @@ def _dev_loss(output):
 def test_fine_tuned_on_a_second_corpus_beats_training_on_it_from_scratch(
         tmp_path, two_corpora):
     """The same vocabulary (the second corpus's), settings and steps: `train --init_from` from
-    the first corpus's model (its embedding remapped), against `train` from scratch (run
-    while the first corpus's model trains in this process); the fine-tuned run starts at
-    step 0 at the scratch run's learning rate."""
+    the first corpus's model (its embedding remapped, trained in this process), against
+    `train` from scratch (both runs in one process: run_mains); the fine-tuned run starts
+    at step 0 at the scratch run's learning rate."""
     first, second_tsv, dev_tsv = two_corpora
     vocab = str(tmp_path / "second.model")
     tokenizer.train_sentencepiece(corpus.read_tsv(second_tsv), 500, vocab)
@@ -225,24 +218,13 @@ def test_fine_tuned_on_a_second_corpus_beats_training_on_it_from_scratch(
               "--dev_bleu_sentences=0", "--dropout=0", f"--max_steps={STEPS}"]
     settings = [f"--{k}={v}" for k, v in {**MODEL, **DATA, **TRAIN}.items()]
     tuned_dir, scratch_dir = str(tmp_path / "tuned"), str(tmp_path / "scratch")
-    # To files, not pipes: a full pipe would stop the scratch run until it is read.
-    with open(tmp_path / "scratch.out", "w+") as out, open(tmp_path / "scratch.err", "w+") as err:
-        scratch = subprocess.Popen(_train(f"--model_dir={scratch_dir}", "--preset=tiny",
-                                          *settings, *common),
-                                   cwd=REPO_ROOT, env=_env(), stdout=out, stderr=err, text=True)
-        try:
-            source = _source_model(str(tmp_path / "source"), first)
-            tuned = subprocess.run(_train(f"--init_from={source}", f"--model_dir={tuned_dir}",
-                                          *common), cwd=REPO_ROOT, env=_env(),
-                                   capture_output=True, text=True, timeout=600)
-            scratch.wait(timeout=600)
-        finally:
-            scratch.kill()
-        out.seek(0)
-        err.seek(0)
-        scratch_out = out.read()
-        assert scratch.returncode == 0, err.read()[-3000:]
-    assert tuned.returncode == 0, tuned.stderr[-3000:]
+    source = _source_model(str(tmp_path / "source"), first)
+    scratch, tuned = run_mains("tf_transformer.train", [
+        [f"--model_dir={scratch_dir}", "--preset=tiny", *settings, *common],
+        [f"--init_from={source}", f"--model_dir={tuned_dir}", *common]], _env())
+    assert scratch["code"] == 0, scratch["stderr"][-3000:]
+    assert tuned["code"] == 0, tuned["stderr"][-3000:]
+    scratch_out, tuned_out = scratch["stdout"], tuned["stdout"]
 
     tuned_config = Config.load(tuned_dir)
     assert tuned_config == Config.load(scratch_dir)  # the scratch run's settings are the same
@@ -251,9 +233,9 @@ def test_fine_tuned_on_a_second_corpus_beats_training_on_it_from_scratch(
     assert record["checkpoint"] == os.path.abspath(os.path.join(source, f"ckpt-{SOURCE_STEPS}"))
     assert record["step"] == SOURCE_STEPS and record["vocabulary"] == "updated"
     assert record["pieces_kept"] > 100 and record["pieces_new"] > 10
-    assert _lines(tuned.stdout, "init_from ")[0].startswith(f"init_from model_dir={source} ")
-    tuned_steps, scratch_steps = _lines(tuned.stdout, "step="), _lines(scratch_out, "step=")
+    assert _lines(tuned_out, "init_from ")[0].startswith(f"init_from model_dir={source} ")
+    tuned_steps, scratch_steps = _lines(tuned_out, "step="), _lines(scratch_out, "step=")
     assert tuned_steps[0].startswith("step=10 ") and scratch_steps[0].startswith("step=10 ")
     assert tuned_steps[0].split()[2] == scratch_steps[0].split()[2]  # lr=: a fresh schedule
-    tuned_loss, scratch_loss = _dev_loss(tuned.stdout), _dev_loss(scratch_out)
+    tuned_loss, scratch_loss = _dev_loss(tuned_out), _dev_loss(scratch_out)
     assert tuned_loss < scratch_loss - 0.5, (tuned_loss, scratch_loss)
