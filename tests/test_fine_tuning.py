@@ -17,12 +17,11 @@ import tensorflow as tf
 from binary_fixtures import run_mains
 from model_fixtures import EMBEDDED_CORPUS_DIR
 
-from tf_transformer import fine_tuning, presets
+from tf_transformer import fine_tuning
 from tf_transformer import model_dir as model_dir_lib
 from tf_transformer.config import Config
-from tf_transformer.inputs import corpus, pipeline, tokenizer
+from tf_transformer.inputs import corpus, tokenizer
 from tf_transformer.model import build_model
-from tf_transformer.training.trainer import Trainer
 
 SPECIAL = [b"<pad>", b"<unk>", b"<s>", b"</s>"]
 
@@ -166,7 +165,8 @@ def _write_tsv(path, sources, targets):
 
 @pytest.fixture(scope="module")
 def two_corpora(tmp_path_factory):
-    """(first corpus, second corpus's train TSV and dev TSV), short pairs only."""
+    """The TSVs of the first corpus and of the second corpus's train and dev pairs, short
+    pairs only."""
     pairs = corpus.read_tsv(os.path.join(EMBEDDED_CORPUS_DIR, "train.tsv"), max_chars=MAX_CHARS)
     second = [i for i, s in enumerate(pairs.sources) if DOMAIN.search(s)]
     first = sorted(set(range(len(pairs.sources))) - set(second))
@@ -175,24 +175,9 @@ def two_corpora(tmp_path_factory):
     def pick(ids):
         return [pairs.sources[i] for i in ids], [pairs.targets[i] for i in ids]
 
-    return (corpus.Corpus(*pick(first[:4000])),
+    return (_write_tsv(directory / "first.tsv", *pick(first[:4000])),
             _write_tsv(directory / "second.tsv", *pick(second[200:])),
             _write_tsv(directory / "second_dev.tsv", *pick(second[:200])))
-
-
-def _source_model(path, pairs):
-    """The first corpus's model: its own 500-piece vocabulary, SOURCE_STEPS steps."""
-    proto = tokenizer.train_sentencepiece(pairs, 500)
-    base = presets.get_preset("tiny", 500)
-    config = Config(model=base.model.with_overrides(MODEL),
-                    data=dataclasses.replace(base.data, **DATA),
-                    train=dataclasses.replace(base.train, **TRAIN), decode=base.decode)
-    model_dir_lib.prepare_model_dir(path, config, proto)
-    trainer = Trainer(config, path, tf.distribute.OneDeviceStrategy("/cpu:0"))
-    tok = tokenizer.Tokenizer(proto)
-    trainer.train(lambda step: pipeline.dataset_fn(pairs, tok, config.data, training=True),
-                  SOURCE_STEPS, log_fn=lambda line: None)
-    return path
 
 
 def _lines(output, prefix):
@@ -208,23 +193,26 @@ def _dev_loss(output):
 def test_fine_tuned_on_a_second_corpus_beats_training_on_it_from_scratch(
         tmp_path, two_corpora):
     """The same vocabulary (the second corpus's), settings and steps: `train --init_from` from
-    the first corpus's model (its embedding remapped, trained in this process), against
-    `train` from scratch (both runs in one process: run_mains); the fine-tuned run starts
-    at step 0 at the scratch run's learning rate."""
-    first, second_tsv, dev_tsv = two_corpora
-    vocab = str(tmp_path / "second.model")
+    the first corpus's model (`train` on it with its own 500-piece vocabulary, its
+    embedding remapped), against `train` from scratch; the fine-tuned run starts at step 0
+    at the scratch run's learning rate. The three runs share one process (run_mains)."""
+    first_tsv, second_tsv, dev_tsv = two_corpora
+    first_vocab, vocab = str(tmp_path / "first.model"), str(tmp_path / "second.model")
+    tokenizer.train_sentencepiece(corpus.read_tsv(first_tsv), 500, first_vocab)
     tokenizer.train_sentencepiece(corpus.read_tsv(second_tsv), 500, vocab)
+    settings = ["--preset=tiny", *(f"--{k}={v}" for k, v in {**MODEL, **DATA, **TRAIN}.items())]
     common = [f"--train_data={second_tsv}", f"--vocab={vocab}", f"--dev_data={dev_tsv}",
               "--dev_bleu_sentences=0", "--dropout=0", f"--max_steps={STEPS}"]
-    settings = [f"--{k}={v}" for k, v in {**MODEL, **DATA, **TRAIN}.items()]
-    tuned_dir, scratch_dir = str(tmp_path / "tuned"), str(tmp_path / "scratch")
-    source = _source_model(str(tmp_path / "source"), first)
-    scratch, tuned = run_mains("tf_transformer.train", [
-        [f"--model_dir={scratch_dir}", "--preset=tiny", *settings, *common],
+    source, tuned_dir, scratch_dir = (str(tmp_path / name) for name in ("source", "tuned",
+                                                                        "scratch"))
+    runs = run_mains("tf_transformer.train", [
+        [f"--model_dir={source}", f"--train_data={first_tsv}", f"--vocab={first_vocab}",
+         *settings, f"--max_steps={SOURCE_STEPS}"],
+        [f"--model_dir={scratch_dir}", *settings, *common],
         [f"--init_from={source}", f"--model_dir={tuned_dir}", *common]], _env())
-    assert scratch["code"] == 0, scratch["stderr"][-3000:]
-    assert tuned["code"] == 0, tuned["stderr"][-3000:]
-    scratch_out, tuned_out = scratch["stdout"], tuned["stdout"]
+    for run in runs:
+        assert run["code"] == 0, run["stderr"][-3000:]
+    scratch_out, tuned_out = runs[1]["stdout"], runs[2]["stdout"]
 
     tuned_config = Config.load(tuned_dir)
     assert tuned_config == Config.load(scratch_dir)  # the scratch run's settings are the same
