@@ -7,6 +7,7 @@ score near 0.
 """
 
 import math
+import os
 
 import numpy as np
 import pytest
@@ -111,23 +112,31 @@ def test_evaluate_translator_on_the_memorised_set(memorised, toy_pairs, small_to
         tokens / 4, rel=1e-6)
 
 
-def _translator_by_hand(model_dir, decode):
-    """What Translator.from_model_dir should build: config, latest checkpoint, vocabulary."""
-    config = Config.load(model_dir)
+@pytest.fixture(scope="module")
+def random_translator(tiny_model_dir):
+    """Translator.from_model_dir of the tiny model (seeded random weights), beam 1."""
+    return Translator.from_model_dir(tiny_model_dir,
+                                     decode_config=DecodeConfig(beam_size=1, extra_length=5))
+
+
+def test_from_model_dir_and_dev_bleu(tiny_model_dir, random_translator):
+    """from_model_dir: config.json's model and source limit, the latest checkpoint's
+    weights, vocab.model and the decode settings given."""
+    translator = random_translator
+    config = Config.load(tiny_model_dir)
+    latest = tf.train.latest_checkpoint(tiny_model_dir)
     model = build_model(config.model)
-    tf.train.Checkpoint(model=model).restore(tf.train.latest_checkpoint(model_dir)).expect_partial()
-    tokenizer = Translator.from_model_dir(model_dir).tokenizer
-    return Translator(model, tokenizer, decode, max_source_length=config.data.max_length)
-
-
-def test_from_model_dir_and_dev_bleu(tiny_model_dir):
+    tf.train.Checkpoint(model=model).restore(latest).expect_partial()
+    assert translator.checkpoint_paths == (latest,)
+    assert len(translator.model.weights) == len(model.weights)
+    for got, expected in zip(translator.model.weights, model.weights):
+        np.testing.assert_array_equal(got.numpy(), expected.numpy(), err_msg=expected.path)
+    with open(os.path.join(tiny_model_dir, model_dir_lib.VOCAB_FILE), "rb") as f:
+        assert translator.tokenizer.model_proto == f.read()
+    assert translator.max_source_length == config.data.max_length
+    assert (translator.beam_size, translator.extra_length) == (1, 5)
     decode = DecodeConfig(beam_size=1, extra_length=5)
-    translator = Translator.from_model_dir(tiny_model_dir, decode_config=decode)
-    reference = _translator_by_hand(tiny_model_dir, decode)
-    text = tf.constant(SENTENCES[:2])
-    np.testing.assert_array_equal(translator.translate(text)["translation"].numpy(),
-                                  reference.translate(text)["translation"].numpy())
-    config = Config.load(tiny_model_dir).replace(decode=decode)
+    config = config.replace(decode=decode)
     evaluate = evaluation.combine(
         lambda model: {"dev_loss": 1.0}, None,
         evaluation.dev_bleu_fn(Corpus(SENTENCES[:3], SENTENCES[:3]), translator.tokenizer,
@@ -185,7 +194,7 @@ def test_tok_bleu_is_kept_apart_from_sacrebleu():
     assert "tok:13a" in scores["bleu_signature"]
 
 
-def test_target_lang_reaches_the_moses_tokenizer(tiny_model_dir, monkeypatch):
+def test_target_lang_reaches_the_moses_tokenizer(random_translator, monkeypatch):
     hypothesis, reference = "He can't go home.", "He can't go there."
     english = evaluation.corpus_scores([hypothesis], [reference], target_lang="en")
     german = evaluation.corpus_scores([hypothesis], [reference])
@@ -197,11 +206,9 @@ def test_target_lang_reaches_the_moses_tokenizer(tiny_model_dir, monkeypatch):
     real = evaluation.corpus_scores
     monkeypatch.setattr(evaluation, "corpus_scores",
                         lambda h, r, target_lang="de": seen.append(target_lang) or real(h, r))
-    translator = Translator.from_model_dir(tiny_model_dir,
-                                           decode_config=DecodeConfig(beam_size=1, extra_length=2))
     pairs = Corpus(SENTENCES[:1], SENTENCES[:1])
-    evaluation.evaluate_translator(translator, pairs, batch_size=1, target_lang="en")
-    evaluation.evaluate_translator(translator, pairs, batch_size=1)
+    evaluation.evaluate_translator(random_translator, pairs, batch_size=1, target_lang="en")
+    evaluation.evaluate_translator(random_translator, pairs, batch_size=1)
     assert seen == ["en", "de"]
 
 

@@ -8,23 +8,20 @@ pairs; each has its own vocabulary.
 """
 
 import dataclasses
-import json
 import os
 import re
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 import tensorflow as tf
-from model_fixtures import EMBEDDED_CORPUS_DIR, REPO_ROOT
+from binary_fixtures import run_mains
+from model_fixtures import EMBEDDED_CORPUS_DIR
 
-from tf_transformer import fine_tuning, presets
+from tf_transformer import fine_tuning
 from tf_transformer import model_dir as model_dir_lib
 from tf_transformer.config import Config
-from tf_transformer.inputs import corpus, pipeline, tokenizer
+from tf_transformer.inputs import corpus, tokenizer
 from tf_transformer.model import build_model
-from tf_transformer.training.trainer import Trainer
 
 SPECIAL = [b"<pad>", b"<unk>", b"<s>", b"</s>"]
 
@@ -129,27 +126,22 @@ def _env():
     return env
 
 
-def _train(*flags):
-    return [sys.executable, "-m", "tf_transformer.train", *flags]
-
-
 def test_flags_that_would_change_the_architecture_are_refused(tiny_model_dir, tmp_path):
-    """Before anything is written (and before TensorFlow loads: each run takes a second)."""
+    """Before anything is written."""
     new = str(tmp_path / "new")
+    common = [f"--init_from={tiny_model_dir}", f"--model_dir={new}", "--train_data=x.tsv"]
     cases = {("--d_model=64",): "would change it (source, requested): {'d_model': (32, 64)}",
              ("--num_layers=2", "--num_heads=8"): "{'num_heads': (4, 8)}",
              ("--preset=tiny",): "--preset with --init_from",
              (f"--model_dir={tiny_model_dir}",): "--init_from names --model_dir itself"}
-    for flags, message in cases.items():
-        result = subprocess.run(
-            _train(f"--init_from={tiny_model_dir}", f"--model_dir={new}", "--train_data=x.tsv",
-                   *flags), cwd=REPO_ROOT, env=_env(), capture_output=True, text=True,
-            timeout=120)
-        assert result.returncode != 0 and message in result.stderr, (flags, result.stderr[-800:])
-    missing = subprocess.run(
-        _train(f"--init_from={tmp_path}/none:best", f"--model_dir={new}", "--train_data=x.tsv"),
-        cwd=REPO_ROOT, env=_env(), capture_output=True, text=True, timeout=120)
-    assert "no model directory (config.json)" in missing.stderr
+    argvs = [common + list(flags) for flags in cases]
+    argvs.append([f"--init_from={tmp_path}/none:best", f"--model_dir={new}",
+                  "--train_data=x.tsv"])
+    messages = [*cases.values(), "no model directory (config.json)"]
+    # One process for the five runs: each launch would import TensorFlow.
+    for run, message, argv in zip(run_mains("tf_transformer.train", argvs, _env(), 120),
+                                  messages, argvs, strict=True):
+        assert run["code"] != 0 and message in run["stderr"], (argv, run["stderr"][-800:])
     assert not os.path.exists(new)
 
 
@@ -162,7 +154,7 @@ MODEL = {"num_layers": 2, "d_model": 32, "d_ff": 64, "num_heads": 4}
 DATA = {"tokens_per_batch": 1024, "max_length": 64, "shuffle_buffer": 1000}
 TRAIN = {"warmup_steps": 100, "learning_rate_scale": 2.0, "checkpoint_minutes": 1000.0,
          "divergence_steps": 0, "log_every": 10, "keep_best": 0}
-SOURCE_STEPS, STEPS = 150, 30
+SOURCE_STEPS, STEPS = 100, 30
 
 
 def _write_tsv(path, sources, targets):
@@ -173,7 +165,8 @@ def _write_tsv(path, sources, targets):
 
 @pytest.fixture(scope="module")
 def two_corpora(tmp_path_factory):
-    """(first corpus, second corpus's train TSV and dev TSV), short pairs only."""
+    """The TSVs of the first corpus and of the second corpus's train and dev pairs, short
+    pairs only."""
     pairs = corpus.read_tsv(os.path.join(EMBEDDED_CORPUS_DIR, "train.tsv"), max_chars=MAX_CHARS)
     second = [i for i, s in enumerate(pairs.sources) if DOMAIN.search(s)]
     first = sorted(set(range(len(pairs.sources))) - set(second))
@@ -182,24 +175,9 @@ def two_corpora(tmp_path_factory):
     def pick(ids):
         return [pairs.sources[i] for i in ids], [pairs.targets[i] for i in ids]
 
-    return (corpus.Corpus(*pick(first[:4000])),
+    return (_write_tsv(directory / "first.tsv", *pick(first[:4000])),
             _write_tsv(directory / "second.tsv", *pick(second[200:])),
             _write_tsv(directory / "second_dev.tsv", *pick(second[:200])))
-
-
-def _source_model(path, pairs):
-    """The first corpus's model: its own 500-piece vocabulary, SOURCE_STEPS steps."""
-    proto = tokenizer.train_sentencepiece(pairs, 500)
-    base = presets.get_preset("tiny", 500)
-    config = Config(model=base.model.with_overrides(MODEL),
-                    data=dataclasses.replace(base.data, **DATA),
-                    train=dataclasses.replace(base.train, **TRAIN), decode=base.decode)
-    model_dir_lib.prepare_model_dir(path, config, proto)
-    trainer = Trainer(config, path, tf.distribute.OneDeviceStrategy("/cpu:0"))
-    tok = tokenizer.Tokenizer(proto)
-    trainer.train(lambda step: pipeline.dataset_fn(pairs, tok, config.data, training=True),
-                  SOURCE_STEPS, log_fn=lambda line: None)
-    return path
 
 
 def _lines(output, prefix):
@@ -215,34 +193,26 @@ def _dev_loss(output):
 def test_fine_tuned_on_a_second_corpus_beats_training_on_it_from_scratch(
         tmp_path, two_corpora):
     """The same vocabulary (the second corpus's), settings and steps: `train --init_from` from
-    the first corpus's model (its embedding remapped), against `train` from scratch (run
-    while the first corpus's model trains in this process); the fine-tuned run starts at
-    step 0 at the scratch run's learning rate."""
-    first, second_tsv, dev_tsv = two_corpora
-    vocab = str(tmp_path / "second.model")
+    the first corpus's model (`train` on it with its own 500-piece vocabulary, its
+    embedding remapped), against `train` from scratch; the fine-tuned run starts at step 0
+    at the scratch run's learning rate. The three runs share one process (run_mains)."""
+    first_tsv, second_tsv, dev_tsv = two_corpora
+    first_vocab, vocab = str(tmp_path / "first.model"), str(tmp_path / "second.model")
+    tokenizer.train_sentencepiece(corpus.read_tsv(first_tsv), 500, first_vocab)
     tokenizer.train_sentencepiece(corpus.read_tsv(second_tsv), 500, vocab)
+    settings = ["--preset=tiny", *(f"--{k}={v}" for k, v in {**MODEL, **DATA, **TRAIN}.items())]
     common = [f"--train_data={second_tsv}", f"--vocab={vocab}", f"--dev_data={dev_tsv}",
               "--dev_bleu_sentences=0", "--dropout=0", f"--max_steps={STEPS}"]
-    settings = [f"--{k}={v}" for k, v in {**MODEL, **DATA, **TRAIN}.items()]
-    tuned_dir, scratch_dir = str(tmp_path / "tuned"), str(tmp_path / "scratch")
-    # To files, not pipes: a full pipe would stop the scratch run until it is read.
-    with open(tmp_path / "scratch.out", "w+") as out, open(tmp_path / "scratch.err", "w+") as err:
-        scratch = subprocess.Popen(_train(f"--model_dir={scratch_dir}", "--preset=tiny",
-                                          *settings, *common),
-                                   cwd=REPO_ROOT, env=_env(), stdout=out, stderr=err, text=True)
-        try:
-            source = _source_model(str(tmp_path / "source"), first)
-            tuned = subprocess.run(_train(f"--init_from={source}", f"--model_dir={tuned_dir}",
-                                          *common), cwd=REPO_ROOT, env=_env(),
-                                   capture_output=True, text=True, timeout=600)
-            scratch.wait(timeout=600)
-        finally:
-            scratch.kill()
-        out.seek(0)
-        err.seek(0)
-        scratch_out = out.read()
-        assert scratch.returncode == 0, err.read()[-3000:]
-    assert tuned.returncode == 0, tuned.stderr[-3000:]
+    source, tuned_dir, scratch_dir = (str(tmp_path / name) for name in ("source", "tuned",
+                                                                        "scratch"))
+    runs = run_mains("tf_transformer.train", [
+        [f"--model_dir={source}", f"--train_data={first_tsv}", f"--vocab={first_vocab}",
+         *settings, f"--max_steps={SOURCE_STEPS}"],
+        [f"--model_dir={scratch_dir}", *settings, *common],
+        [f"--init_from={source}", f"--model_dir={tuned_dir}", *common]], _env())
+    for run in runs:
+        assert run["code"] == 0, run["stderr"][-3000:]
+    scratch_out, tuned_out = runs[1]["stdout"], runs[2]["stdout"]
 
     tuned_config = Config.load(tuned_dir)
     assert tuned_config == Config.load(scratch_dir)  # the scratch run's settings are the same
@@ -251,9 +221,9 @@ def test_fine_tuned_on_a_second_corpus_beats_training_on_it_from_scratch(
     assert record["checkpoint"] == os.path.abspath(os.path.join(source, f"ckpt-{SOURCE_STEPS}"))
     assert record["step"] == SOURCE_STEPS and record["vocabulary"] == "updated"
     assert record["pieces_kept"] > 100 and record["pieces_new"] > 10
-    assert _lines(tuned.stdout, "init_from ")[0].startswith(f"init_from model_dir={source} ")
-    tuned_steps, scratch_steps = _lines(tuned.stdout, "step="), _lines(scratch_out, "step=")
+    assert _lines(tuned_out, "init_from ")[0].startswith(f"init_from model_dir={source} ")
+    tuned_steps, scratch_steps = _lines(tuned_out, "step="), _lines(scratch_out, "step=")
     assert tuned_steps[0].startswith("step=10 ") and scratch_steps[0].startswith("step=10 ")
     assert tuned_steps[0].split()[2] == scratch_steps[0].split()[2]  # lr=: a fresh schedule
-    tuned_loss, scratch_loss = _dev_loss(tuned.stdout), _dev_loss(scratch_out)
+    tuned_loss, scratch_loss = _dev_loss(tuned_out), _dev_loss(scratch_out)
     assert tuned_loss < scratch_loss - 0.5, (tuned_loss, scratch_loss)

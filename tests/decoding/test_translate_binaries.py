@@ -2,7 +2,8 @@
 
 Expected outputs come from the library in this process with the same decoding
 settings: `translate_sentences` over the whole input at once, the path the
-translate binary took before it streamed.
+translate binary took before it streamed. The translate runs that read files run in
+one process (binary_fixtures.run_mains: TensorFlow imported once).
 """
 
 import fcntl
@@ -17,6 +18,7 @@ import termios
 import time
 
 import pytest
+from binary_fixtures import run_mains
 from model_fixtures import REPO_ROOT, SAMPLE_LINES
 from sacrebleu.metrics import BLEU, CHRF
 
@@ -52,23 +54,37 @@ def _run(binary, *args, **kwargs):
                           timeout=600, **kwargs)
 
 
-@pytest.mark.slow
-def test_file_output_in_chunks_equals_the_whole_file_at_once(tmp_path, tiny_model_dir, translator):
-    """Also: an averaged model directory, the attention plot, progress lines on stderr."""
-    averaged = str(tmp_path / "averaged")  # the mean of one checkpoint is itself
+@pytest.fixture(scope="module")
+def translate_runs(tmp_path_factory, tiny_model_dir):
+    """The translate binary on a file of LINES, in one process: "chunks" (an averaged model
+    directory, --output, --chunk_size=3, --plot_attention) and "sampling" (--sampling_topk=1,
+    stdout); each {"code", "stdout", "stderr"}, with the files of "chunks"."""
+    directory = tmp_path_factory.mktemp("translate")
+    averaged = str(directory / "averaged")  # the mean of one checkpoint is itself
     model_dir_lib.write_averaged(tiny_model_dir, 1, averaged, build_model)
-    source, output, plot = tmp_path / "in.txt", tmp_path / "out.txt", tmp_path / "attention.png"
+    source, output, plot = directory / "in.txt", directory / "out.txt", directory / "attention.png"
     source.write_text("\n".join(LINES) + "\n", encoding="utf-8")
-    result = _run("translate", f"--model_dir={averaged}", f"--input={source}",
-                  f"--output={output}", "--chunk_size=3", f"--plot_attention={plot}", *DECODE_FLAGS)
-    assert result.returncode == 0, result.stderr.decode()[-3000:]
+    argvs = {"chunks": [f"--model_dir={averaged}", f"--input={source}", f"--output={output}",
+                        "--chunk_size=3", f"--plot_attention={plot}", *DECODE_FLAGS],
+             "sampling": [f"--model_dir={tiny_model_dir}", f"--input={source}",
+                          "--sampling_topk=1", "--seed=3", *DECODE_FLAGS]}
+    runs = dict(zip(argvs, run_mains("tf_transformer.translate", list(argvs.values()), _env())))
+    runs["chunks"].update(output=output, plot=plot)
+    return runs
+
+
+@pytest.mark.slow
+def test_file_output_in_chunks_equals_the_whole_file_at_once(translate_runs, translator):
+    """Also: an averaged model directory, the attention plot, progress lines on stderr."""
+    result = translate_runs["chunks"]
+    assert result["code"] == 0, result["stderr"][-3000:]
     expected = _translations(translator, LINES)
     assert len(set(expected)) == len(LINES)
-    assert output.read_text(encoding="utf-8").split("\n") == expected + [""]
+    assert result["output"].read_text(encoding="utf-8").split("\n") == expected + [""]
     progress = re.findall(r"^translate: (\d+) sentences, ([\d.]+) sentences/s",
-                          result.stderr.decode(), re.M)
+                          result["stderr"], re.M)
     assert progress and int(progress[-1][0]) == len(LINES) and float(progress[-1][1]) > 0
-    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert result["plot"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def _read_lines(fd, count, timeout):
@@ -193,15 +209,18 @@ def test_evaluate_refuses_missing_data_and_translate_only_flags(tiny_model_dir):
 
 
 @pytest.mark.slow
-def test_sampling_flags_top_k_one_is_the_greedy_output(tiny_model_dir, translator):
+def test_sampling_flags_top_k_one_is_the_greedy_output(translate_runs, translator):
     """--sampling_topk=1 draws the most probable token: the beam of one's output."""
-    result = _run("translate", f"--model_dir={tiny_model_dir}", "--sampling_topk=1", "--seed=3",
-                  *DECODE_FLAGS, input=("\n".join(LINES) + "\n").encode())
-    assert result.returncode == 0, result.stderr.decode()[-3000:]
-    assert result.stdout.decode().split("\n") == _translations(translator, LINES) + [""]
+    result = translate_runs["sampling"]
+    assert result["code"] == 0, result["stderr"][-3000:]
+    assert result["stdout"].split("\n") == _translations(translator, LINES) + [""]
 
 
 def test_translate_refuses_sampling_with_nbest_or_alignments(tiny_model_dir):
-    for flags in (["--nbest=2"], ["--with_alignments=hard"]):
-        result = _run("translate", f"--model_dir={tiny_model_dir}", "--sampling_topp=0.9", *flags)
-        assert result.returncode != 0 and b"sampling draws one output" in result.stderr, flags
+    """Both runs in one process (run_mains)."""
+    cases = (["--nbest=2"], ["--with_alignments=hard"])
+    runs = run_mains("tf_transformer.translate",
+                     [[f"--model_dir={tiny_model_dir}", "--sampling_topp=0.9", *flags]
+                      for flags in cases], _env())
+    for flags, result in zip(cases, runs, strict=True):
+        assert result["code"] != 0 and "sampling draws one output" in result["stderr"], flags

@@ -63,12 +63,10 @@ def _source_lengths(source):
     return (np.asarray(source) != PAD_ID).sum(axis=1)
 
 
-@pytest.mark.parametrize("kind", ["fixed", "growing", "chunked"])
-def test_cached_and_uncached_decoding_give_identical_outputs(eos_prone, sources, kind,
-                                                             monkeypatch):
-    """The cached search runs as a graph (Grappler's rewrites included: they once merged
-    the chunked cache's buffers), the chunked cache over several chunks of 3."""
-    monkeypatch.setattr(caches.ChunkedCache, "CHUNK", 3)
+@pytest.fixture(scope="module")
+def uncached_search(eos_prone, sources):
+    """(source, the search's arguments, the search over full forward passes without a
+    cache) for 3 sentences, outputs up to min(source length, 6) + 4 tokens."""
     model = eos_prone.model
     source = tf.constant(sources[:3])
     max_lengths = tf.constant(np.minimum(_source_lengths(source), 6) + 4, tf.int32)
@@ -79,9 +77,19 @@ def test_cached_and_uncached_decoding_give_identical_outputs(eos_prone, sources,
         logits = model({"source": cache["source"], "target_in": ids[:, :step + 1]})
         return logits[:, -1], cache
 
-    full = beam_search(uncached, {"source": source}, **args)
+    return source, args, beam_search(uncached, {"source": source}, **args)
+
+
+@pytest.mark.parametrize("kind", ["fixed", "growing", "chunked"])
+def test_cached_and_uncached_decoding_give_identical_outputs(eos_prone, uncached_search, kind,
+                                                             monkeypatch):
+    """The cached search runs as a graph (Grappler's rewrites included: they once merged
+    the chunked cache's buffers), the chunked cache over several chunks of 3."""
+    monkeypatch.setattr(caches.ChunkedCache, "CHUNK", 3)
+    model = eos_prone.model
+    source, args, full = uncached_search
     empty = {"growing": caches.growing(), "chunked": caches.chunked(),
-             "fixed": caches.fixed(int(tf.reduce_max(max_lengths)))}[kind]
+             "fixed": caches.fixed(int(tf.reduce_max(args["max_lengths"])))}[kind]
 
     @tf.function
     def search(source):
@@ -109,18 +117,26 @@ def test_a_batch_gives_what_each_sentence_gives_alone(eos_prone, sources):
                                    rtol=1e-5)
 
 
-@pytest.mark.parametrize("parts", [2, 3])
-def test_parallel_searches_give_one_searchs_outputs_in_input_order(eos_prone, sources, parts):
-    """24 sentences in mixed order, split over `parts` interleaved searches, equal
-    one search over the batch: ids, lengths, scores, nbest 2."""
+@pytest.fixture(scope="module")
+def one_search(eos_prone, sources):
+    """24 sentences in mixed order and their outputs in one search over the batch:
+    eos_prone's search function of nbest 2 (what parallel_searches=1 runs)."""
     order = np.random.default_rng(0).permutation(3 * len(sources))
     batch = tf.constant(np.concatenate([sources] * 3)[order])
-    one = Translator(eos_prone.model, eos_prone.tokenizer,
-                     DecodeConfig(beam_size=4, nbest=2, parallel_searches=1), max_source_length=64)
-    split = Translator(eos_prone.model, eos_prone.tokenizer,
-                       DecodeConfig(beam_size=4, nbest=2, parallel_searches=parts),
-                       max_source_length=64)
-    expected = one.translate_ids(batch)
+    alpha, extra = tf.constant(eos_prone.alpha), tf.constant(eos_prone.extra_length)
+    return batch, eos_prone._loop(2)(batch, alpha, extra)._asdict()
+
+
+@pytest.mark.parametrize("parts", [2, 3])
+def test_parallel_searches_give_one_searchs_outputs_in_input_order(eos_prone, one_search, parts):
+    """24 sentences in mixed order, split over `parts` interleaved searches, equal
+    one search over the batch: ids, lengths, scores, nbest 2 (eos_prone's default
+    DecodeConfig is the split over 2)."""
+    batch, expected = one_search
+    assert eos_prone.parallel_searches == 2
+    split = eos_prone if parts == 2 else Translator(
+        eos_prone.model, eos_prone.tokenizer,
+        DecodeConfig(beam_size=4, nbest=2, parallel_searches=parts), max_source_length=64)
     assert len(set(expected["lengths"].numpy()[:, 0])) > 2
     via_signature = split.translate_ids(batch)  # 24 >= parts * 8: the split branch
     alpha, extra = tf.constant(split.alpha), tf.constant(split.extra_length)
@@ -194,27 +210,36 @@ def test_text_api_handles_empty_bad_and_long_inputs(eos_prone):
     assert eos_prone.translate_nbest(tf.constant([], tf.string))["translations"].shape == [0, 2]
 
 
-def test_compiled_search_gives_the_graph_paths_outputs(tiny_model_dir, eos_prone, sources):
-    """jit_compile pads batch and source to compiled shapes: outputs must not change."""
+def test_compiled_search_gives_the_graph_paths_outputs(tiny_model_dir, eos_prone):
+    """jit_compile pads batch and source to compiled shapes: outputs must not change.
+
+    Two compiled shapes: 6 sentences and an empty one (batch 7 -> 8, sources of up to
+    36 tokens -> 48, hypotheses past FIRST_CACHE_LENGTH: onto the grown cache) through
+    the text and the ids signatures; one sentence (batch 1, 4 tokens -> 16) with
+    extra_length 9, and an empty batch, which pads to that shape too."""
     compiled = _translator(tiny_model_dir, eos_scale=4.0, beam_size=4, nbest=2, jit_compile=True)
-    one = sources[3:4, :_source_lengths(sources[3:4])[0]]  # unpadded: 41 tokens -> 48
-    for batch, extra in ((sources, 50), (sources[:3], 9), (one, 50)):  # batch 8, 3 -> 4, 1
-        graph = eos_prone.translate_ids(tf.constant(batch), extra_length=extra)
-        xla = compiled.translate_ids(tf.constant(batch), extra_length=extra)
+    text = tf.constant(SENTENCES[:3] + SENTENCES[4:7] + [""])
+    xla_text, graph_text = compiled.translate_nbest(text), eos_prone.translate_nbest(text)
+    np.testing.assert_array_equal(xla_text["translations"].numpy(),
+                                  graph_text["translations"].numpy())
+    np.testing.assert_array_equal(xla_text["lengths"].numpy(), graph_text["lengths"].numpy())
+    np.testing.assert_allclose(xla_text["scores"].numpy(), graph_text["scores"].numpy(),
+                               rtol=1e-4)
+    assert graph_text["lengths"].numpy().max() > FIRST_CACHE_LENGTH
+    assert list(xla_text["translations"].numpy()[-1]) == [b"", b""]
+    sources = eos_prone.source_ids(text)
+    assert sources.shape[0] == 7 and _source_lengths(sources).max() % 16
+    one = eos_prone.source_ids(tf.constant(SENTENCES[:1]))
+    assert one.shape == [1, 4]
+    for batch, extra in ((sources, 50), (one, 9)):
+        graph = eos_prone.translate_ids(batch, extra_length=extra)
+        xla = compiled.translate_ids(batch, extra_length=extra)
         assert xla["ids"].shape == graph["ids"].shape
         np.testing.assert_array_equal(xla["ids"].numpy(), graph["ids"].numpy())
         np.testing.assert_array_equal(xla["lengths"].numpy(), graph["lengths"].numpy())
         np.testing.assert_allclose(xla["scores"].numpy(), graph["scores"].numpy(), rtol=1e-4)
-    # Random weights run to the limit: past FIRST_CACHE_LENGTH, onto the grown cache.
-    long_graph = _translator(tiny_model_dir, beam_size=2).translate_ids(tf.constant(sources))
-    long_xla = _translator(tiny_model_dir, beam_size=2, jit_compile=True).translate_ids(
-        tf.constant(sources))
-    assert long_graph["lengths"].numpy().max() > FIRST_CACHE_LENGTH
-    np.testing.assert_array_equal(long_xla["ids"].numpy(), long_graph["ids"].numpy())
-    text = tf.constant(SENTENCES[:3] + [""])
-    np.testing.assert_array_equal(compiled.translate(text)["translation"].numpy(),
-                                  eos_prone.translate(text)["translation"].numpy())
-    assert compiled.translate(tf.constant([], tf.string))["translation"].shape == [0]
+    empty = compiled.translate_nbest(tf.constant([], tf.string), extra_length=9)
+    assert empty["translations"].shape == [0, 2]
 
 
 def test_text_path_equals_ids_path(eos_prone, sources):
