@@ -211,35 +211,30 @@ def test_text_api_handles_empty_bad_and_long_inputs(eos_prone):
 
 
 def test_compiled_search_gives_the_graph_paths_outputs(tiny_model_dir, eos_prone):
-    """jit_compile pads batch and source to compiled shapes: outputs must not change.
-
-    Three compiled shapes: two sentences and an empty one (batch 3 -> 4, sources of up to
-    21 tokens -> 32, hypotheses past FIRST_CACHE_LENGTH: onto the grown cache) through
-    the text and the ids signatures, one sentence (batch 1, 4 tokens -> 16) with
-    extra_length 9, and an empty batch. (The capacity stages of larger batches:
-    test_compiled_search.py.)"""
+    """jit_compile pads the source to a compiled shape: outputs must not change, through the
+    ids and the text signatures. One sentence (10 tokens -> 16) with extra_length 30: its
+    hypotheses end by EOS past FIRST_CACHE_LENGTH, on the grown cache, and the ids are cut
+    back to the graph path's width; an empty batch. (Batches padded with filler rows and
+    their capacity stages: test_compiled_search.py.)"""
     compiled = _translator(tiny_model_dir, eos_scale=4.0, beam_size=4, nbest=2, jit_compile=True)
-    text = tf.constant(SENTENCES[1:3] + [""])
-    xla_text, graph_text = compiled.translate_nbest(text), eos_prone.translate_nbest(text)
+    text = tf.constant(SENTENCES[1:2])
+    one = eos_prone.source_ids(text)
+    assert one.shape == [1, 10]
+    graph = eos_prone.translate_ids(one, extra_length=30)
+    xla = compiled.translate_ids(one, extra_length=30)
+    assert xla["ids"].shape == graph["ids"].shape == [1, 2, 40]
+    np.testing.assert_array_equal(xla["ids"].numpy(), graph["ids"].numpy())
+    np.testing.assert_array_equal(xla["lengths"].numpy(), graph["lengths"].numpy())
+    np.testing.assert_allclose(xla["scores"].numpy(), graph["scores"].numpy(), rtol=1e-4)
+    lengths = graph["lengths"].numpy()
+    assert FIRST_CACHE_LENGTH < lengths.min() and lengths.max() < 40  # ended by EOS
+    xla_text = compiled.translate_nbest(text, extra_length=30)  # the same compiled shape
+    graph_text = eos_prone.translate_nbest(text, extra_length=30)
     np.testing.assert_array_equal(xla_text["translations"].numpy(),
                                   graph_text["translations"].numpy())
-    np.testing.assert_array_equal(xla_text["lengths"].numpy(), graph_text["lengths"].numpy())
     np.testing.assert_allclose(xla_text["scores"].numpy(), graph_text["scores"].numpy(),
                                rtol=1e-4)
-    assert graph_text["lengths"].numpy().max() > FIRST_CACHE_LENGTH
-    assert list(xla_text["translations"].numpy()[-1]) == [b"", b""]
-    sources = eos_prone.source_ids(text)
-    assert sources.shape[0] == 3 and _source_lengths(sources).max() % 16
-    one = eos_prone.source_ids(tf.constant(SENTENCES[:1]))
-    assert one.shape == [1, 4]
-    for batch, extra in ((sources, 50), (one, 9)):
-        graph = eos_prone.translate_ids(batch, extra_length=extra)
-        xla = compiled.translate_ids(batch, extra_length=extra)
-        assert xla["ids"].shape == graph["ids"].shape
-        np.testing.assert_array_equal(xla["ids"].numpy(), graph["ids"].numpy())
-        np.testing.assert_array_equal(xla["lengths"].numpy(), graph["lengths"].numpy())
-        np.testing.assert_allclose(xla["scores"].numpy(), graph["scores"].numpy(), rtol=1e-4)
-    empty = compiled.translate_nbest(tf.constant([], tf.string), extra_length=9)
+    empty = compiled.translate_nbest(tf.constant([], tf.string))
     assert empty["translations"].shape == [0, 2]
 
 
