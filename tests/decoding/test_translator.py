@@ -173,7 +173,8 @@ def test_eos_ends_every_hypothesis_and_nothing_follows(eos_prone, sources):
 
 
 def test_maximum_length_is_source_length_plus_extra_length(tiny_model_dir, sources):
-    translator = _translator(tiny_model_dir, beam_size=2)  # random weights: runs to the limit
+    # Random weights: runs to the limit. One search per batch: one copy of the loop to trace.
+    translator = _translator(tiny_model_dir, beam_size=2, parallel_searches=1)
     source_lengths = _source_lengths(sources)
     out = translator.translate_ids(tf.constant(sources), extra_length=7)
     lengths = out["lengths"].numpy()[:, 0]
@@ -189,7 +190,8 @@ def test_learned_positions_cap_the_output_length(tiny_model_dir):
     config = Config.load(tiny_model_dir).model
     model = build_model(config.__class__(**{**config.__dict__, "positions": "learned",
                                             "max_positions": 24}))
-    translator = Translator(model, tokenizer, DecodeConfig(beam_size=1), max_source_length=64)
+    translator = Translator(model, tokenizer, DecodeConfig(beam_size=1, parallel_searches=1),
+                            max_source_length=64)
     assert translator.max_source_length == 24
     out = translator.translate(tf.constant([" ".join(["word"] * 100), "Fonts"]))
     assert out["length"].numpy().max() <= 24
