@@ -51,7 +51,8 @@ def _translator(model_dir, eos_scale=1.0, **decode):
 
 @pytest.fixture(scope="module")
 def eos_prone(tiny_model_dir):
-    return _translator(tiny_model_dir, eos_scale=4.0, beam_size=4, nbest=2)
+    """Beam 4, nbest 2, one search per batch (splits: the parallel-search test)."""
+    return _translator(tiny_model_dir, eos_scale=4.0, beam_size=4, nbest=2, parallel_searches=1)
 
 
 @pytest.fixture(scope="module")
@@ -119,24 +120,20 @@ def test_a_batch_gives_what_each_sentence_gives_alone(eos_prone, sources):
 
 @pytest.fixture(scope="module")
 def one_search(eos_prone, sources):
-    """24 sentences in mixed order and their outputs in one search over the batch:
-    eos_prone's search function of nbest 2 (what parallel_searches=1 runs)."""
+    """24 sentences in mixed order and their outputs in one search over the batch."""
     order = np.random.default_rng(0).permutation(3 * len(sources))
     batch = tf.constant(np.concatenate([sources] * 3)[order])
-    alpha, extra = tf.constant(eos_prone.alpha), tf.constant(eos_prone.extra_length)
-    return batch, eos_prone._loop(2)(batch, alpha, extra)._asdict()
+    return batch, eos_prone.translate_ids(batch)
 
 
 @pytest.mark.parametrize("parts", [2, 3])
 def test_parallel_searches_give_one_searchs_outputs_in_input_order(eos_prone, one_search, parts):
     """24 sentences in mixed order, split over `parts` interleaved searches, equal
-    one search over the batch: ids, lengths, scores, nbest 2 (eos_prone's default
-    DecodeConfig is the split over 2)."""
+    one search over the batch: ids, lengths, scores, nbest 2."""
     batch, expected = one_search
-    assert eos_prone.parallel_searches == 2
-    split = eos_prone if parts == 2 else Translator(
-        eos_prone.model, eos_prone.tokenizer,
-        DecodeConfig(beam_size=4, nbest=2, parallel_searches=parts), max_source_length=64)
+    split = Translator(eos_prone.model, eos_prone.tokenizer,
+                       DecodeConfig(beam_size=4, nbest=2, parallel_searches=parts),
+                       max_source_length=64)
     assert len(set(expected["lengths"].numpy()[:, 0])) > 2
     via_signature = split.translate_ids(batch)  # 24 >= parts * 8: the split branch
     alpha, extra = tf.constant(split.alpha), tf.constant(split.extra_length)
