@@ -29,6 +29,9 @@ SENTENCES = [
     "Replacement table",
     "Enables the font replacement settings that you define.",
 ]
+# The tiny model's Translator: batches below 16 are one search (parallel_searches=1: one
+# copy of the search loop per graph, faster to trace).
+DECODE = DecodeConfig(beam_size=1, extra_length=5, parallel_searches=1)
 MEMORISED_STEPS = 100
 MEMORISED_FLOOR = 60.0  # BLEU on the memorised pairs; 100 when every one is reproduced
 GARBAGE_CEILING = 5.0
@@ -64,7 +67,7 @@ def memorised(tmp_path_factory, spm_model_path, small_tokenizer, toy_pairs):
                                    shuffle_buffer=100, deterministic=True),
         train=TrainConfig(label_smoothing=0.0, warmup_steps=30, learning_rate_scale=0.5,
                           log_every=50, checkpoint_minutes=1e9),
-        decode=DecodeConfig(beam_size=1, extra_length=10, batch_size=8))
+        decode=DecodeConfig(beam_size=1, extra_length=10, batch_size=8, parallel_searches=1))
     model_dir = str(tmp_path_factory.mktemp("memorised") / "model")
     with open(spm_model_path, "rb") as f:
         model_dir_lib.prepare_model_dir(model_dir, config, f.read())
@@ -115,8 +118,7 @@ def test_evaluate_translator_on_the_memorised_set(memorised, toy_pairs, small_to
 @pytest.fixture(scope="module")
 def random_translator(tiny_model_dir):
     """Translator.from_model_dir of the tiny model (seeded random weights), beam 1."""
-    return Translator.from_model_dir(tiny_model_dir,
-                                     decode_config=DecodeConfig(beam_size=1, extra_length=5))
+    return Translator.from_model_dir(tiny_model_dir, decode_config=DECODE)
 
 
 def test_from_model_dir_and_dev_bleu(tiny_model_dir, random_translator):
@@ -135,8 +137,7 @@ def test_from_model_dir_and_dev_bleu(tiny_model_dir, random_translator):
         assert translator.tokenizer.model_proto == f.read()
     assert translator.max_source_length == config.data.max_length
     assert (translator.beam_size, translator.extra_length) == (1, 5)
-    decode = DecodeConfig(beam_size=1, extra_length=5)
-    config = config.replace(decode=decode)
+    config = config.replace(decode=DECODE)
     evaluate = evaluation.combine(
         lambda model: {"dev_loss": 1.0}, None,
         evaluation.dev_bleu_fn(Corpus(SENTENCES[:3], SENTENCES[:3]), translator.tokenizer,

@@ -22,7 +22,10 @@ LINES = SAMPLE_LINES
 
 @pytest.fixture(scope="module")
 def translator(tiny_model_dir):
-    decode = DecodeConfig(beam_size=3, nbest=3, extra_length=6, batch_size=2)
+    """Batches of at most 3: one search each (parallel_searches=1: one copy of the loop per
+    graph, faster to trace)."""
+    decode = DecodeConfig(beam_size=3, nbest=3, extra_length=6, batch_size=2,
+                          parallel_searches=1)
     return Translator.from_model_dir(tiny_model_dir, decode_config=decode)
 
 

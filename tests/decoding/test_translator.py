@@ -51,7 +51,8 @@ def _translator(model_dir, eos_scale=1.0, **decode):
 
 @pytest.fixture(scope="module")
 def eos_prone(tiny_model_dir):
-    return _translator(tiny_model_dir, eos_scale=4.0, beam_size=4, nbest=2)
+    """Beam 4, nbest 2, one search per batch (splits: the parallel-search test)."""
+    return _translator(tiny_model_dir, eos_scale=4.0, beam_size=4, nbest=2, parallel_searches=1)
 
 
 @pytest.fixture(scope="module")
@@ -119,24 +120,20 @@ def test_a_batch_gives_what_each_sentence_gives_alone(eos_prone, sources):
 
 @pytest.fixture(scope="module")
 def one_search(eos_prone, sources):
-    """24 sentences in mixed order and their outputs in one search over the batch:
-    eos_prone's search function of nbest 2 (what parallel_searches=1 runs)."""
+    """24 sentences in mixed order and their outputs in one search over the batch."""
     order = np.random.default_rng(0).permutation(3 * len(sources))
     batch = tf.constant(np.concatenate([sources] * 3)[order])
-    alpha, extra = tf.constant(eos_prone.alpha), tf.constant(eos_prone.extra_length)
-    return batch, eos_prone._loop(2)(batch, alpha, extra)._asdict()
+    return batch, eos_prone.translate_ids(batch)
 
 
 @pytest.mark.parametrize("parts", [2, 3])
 def test_parallel_searches_give_one_searchs_outputs_in_input_order(eos_prone, one_search, parts):
     """24 sentences in mixed order, split over `parts` interleaved searches, equal
-    one search over the batch: ids, lengths, scores, nbest 2 (eos_prone's default
-    DecodeConfig is the split over 2)."""
+    one search over the batch: ids, lengths, scores, nbest 2."""
     batch, expected = one_search
-    assert eos_prone.parallel_searches == 2
-    split = eos_prone if parts == 2 else Translator(
-        eos_prone.model, eos_prone.tokenizer,
-        DecodeConfig(beam_size=4, nbest=2, parallel_searches=parts), max_source_length=64)
+    split = Translator(eos_prone.model, eos_prone.tokenizer,
+                       DecodeConfig(beam_size=4, nbest=2, parallel_searches=parts),
+                       max_source_length=64)
     assert len(set(expected["lengths"].numpy()[:, 0])) > 2
     via_signature = split.translate_ids(batch)  # 24 >= parts * 8: the split branch
     alpha, extra = tf.constant(split.alpha), tf.constant(split.extra_length)
@@ -173,7 +170,8 @@ def test_eos_ends_every_hypothesis_and_nothing_follows(eos_prone, sources):
 
 
 def test_maximum_length_is_source_length_plus_extra_length(tiny_model_dir, sources):
-    translator = _translator(tiny_model_dir, beam_size=2)  # random weights: runs to the limit
+    # Random weights: runs to the limit. One search per batch: one copy of the loop to trace.
+    translator = _translator(tiny_model_dir, beam_size=2, parallel_searches=1)
     source_lengths = _source_lengths(sources)
     out = translator.translate_ids(tf.constant(sources), extra_length=7)
     lengths = out["lengths"].numpy()[:, 0]
@@ -189,7 +187,8 @@ def test_learned_positions_cap_the_output_length(tiny_model_dir):
     config = Config.load(tiny_model_dir).model
     model = build_model(config.__class__(**{**config.__dict__, "positions": "learned",
                                             "max_positions": 24}))
-    translator = Translator(model, tokenizer, DecodeConfig(beam_size=1), max_source_length=64)
+    translator = Translator(model, tokenizer, DecodeConfig(beam_size=1, parallel_searches=1),
+                            max_source_length=64)
     assert translator.max_source_length == 24
     out = translator.translate(tf.constant([" ".join(["word"] * 100), "Fonts"]))
     assert out["length"].numpy().max() <= 24
@@ -211,35 +210,30 @@ def test_text_api_handles_empty_bad_and_long_inputs(eos_prone):
 
 
 def test_compiled_search_gives_the_graph_paths_outputs(tiny_model_dir, eos_prone):
-    """jit_compile pads batch and source to compiled shapes: outputs must not change.
-
-    Three compiled shapes: two sentences and an empty one (batch 3 -> 4, sources of up to
-    21 tokens -> 32, hypotheses past FIRST_CACHE_LENGTH: onto the grown cache) through
-    the text and the ids signatures, one sentence (batch 1, 4 tokens -> 16) with
-    extra_length 9, and an empty batch. (The capacity stages of larger batches:
-    test_compiled_search.py.)"""
+    """jit_compile pads the source to a compiled shape: outputs must not change, through the
+    ids and the text signatures. One sentence (10 tokens -> 16) with extra_length 30: its
+    hypotheses end by EOS past FIRST_CACHE_LENGTH, on the grown cache, and the ids are cut
+    back to the graph path's width; an empty batch. (Batches padded with filler rows and
+    their capacity stages: test_compiled_search.py.)"""
     compiled = _translator(tiny_model_dir, eos_scale=4.0, beam_size=4, nbest=2, jit_compile=True)
-    text = tf.constant(SENTENCES[1:3] + [""])
-    xla_text, graph_text = compiled.translate_nbest(text), eos_prone.translate_nbest(text)
+    text = tf.constant(SENTENCES[1:2])
+    one = eos_prone.source_ids(text)
+    assert one.shape == [1, 10]
+    graph = eos_prone.translate_ids(one, extra_length=30)
+    xla = compiled.translate_ids(one, extra_length=30)
+    assert xla["ids"].shape == graph["ids"].shape == [1, 2, 40]
+    np.testing.assert_array_equal(xla["ids"].numpy(), graph["ids"].numpy())
+    np.testing.assert_array_equal(xla["lengths"].numpy(), graph["lengths"].numpy())
+    np.testing.assert_allclose(xla["scores"].numpy(), graph["scores"].numpy(), rtol=1e-4)
+    lengths = graph["lengths"].numpy()
+    assert FIRST_CACHE_LENGTH < lengths.min() and lengths.max() < 40  # ended by EOS
+    xla_text = compiled.translate_nbest(text, extra_length=30)  # the same compiled shape
+    graph_text = eos_prone.translate_nbest(text, extra_length=30)
     np.testing.assert_array_equal(xla_text["translations"].numpy(),
                                   graph_text["translations"].numpy())
-    np.testing.assert_array_equal(xla_text["lengths"].numpy(), graph_text["lengths"].numpy())
     np.testing.assert_allclose(xla_text["scores"].numpy(), graph_text["scores"].numpy(),
                                rtol=1e-4)
-    assert graph_text["lengths"].numpy().max() > FIRST_CACHE_LENGTH
-    assert list(xla_text["translations"].numpy()[-1]) == [b"", b""]
-    sources = eos_prone.source_ids(text)
-    assert sources.shape[0] == 3 and _source_lengths(sources).max() % 16
-    one = eos_prone.source_ids(tf.constant(SENTENCES[:1]))
-    assert one.shape == [1, 4]
-    for batch, extra in ((sources, 50), (one, 9)):
-        graph = eos_prone.translate_ids(batch, extra_length=extra)
-        xla = compiled.translate_ids(batch, extra_length=extra)
-        assert xla["ids"].shape == graph["ids"].shape
-        np.testing.assert_array_equal(xla["ids"].numpy(), graph["ids"].numpy())
-        np.testing.assert_array_equal(xla["lengths"].numpy(), graph["lengths"].numpy())
-        np.testing.assert_allclose(xla["scores"].numpy(), graph["scores"].numpy(), rtol=1e-4)
-    empty = compiled.translate_nbest(tf.constant([], tf.string), extra_length=9)
+    empty = compiled.translate_nbest(tf.constant([], tf.string))
     assert empty["translations"].shape == [0, 2]
 
 

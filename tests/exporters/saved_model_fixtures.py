@@ -1,10 +1,10 @@
 """Shared by the SavedModel export tests (tests/exporters/conftest.py holds the fixtures).
 
-The model is the tiny random-weight fixture (model_fixtures.py) with 1+1 layers,
-which halves every trace, load and first call of the exports, and its EOS
-embedding row scaled up (as in test_translator.py), so hypotheses end at varied
-lengths; ckpt-1 and ckpt-2 differ only in that scale, for --checkpoint and
---average_last.
+The model is the tiny random-weight fixture (model_fixtures.py) with 1+1 layers
+(a smaller graph: every trace, load and first call of the exports is cheaper),
+its EOS embedding row scaled up (as in test_translator.py), so hypotheses end at
+varied lengths; ckpt-1 and ckpt-2 differ only in that scale, for --checkpoint
+and --average_last.
 """
 
 import json

@@ -53,8 +53,8 @@ def test_clean_process_output_equals_the_translate_binary(exported, model_dir, t
 def compiled_run(model_dir, tmp_path_factory):
     """The --decode_jit_compile export (the XLA search inside the SavedModel) served by a
     clean process that imports tensorflow_text, refusing keras_hub, keras_nlp and this
-    repository (the export with --ops=libraries: the test above): (export, lines, output
-    lines, status). One batch: XLA compiles each batch and length shape once."""
+    repository (--ops=libraries serves the default export in the test above): (export,
+    lines, output lines, status). One batch: XLA compiles each batch and length shape once."""
     work = tmp_path_factory.mktemp("xla")
     compiled = export_model(model_dir, str(work / "export"), *DECODE_FLAGS, "--average_last=2",
                             "--decode_jit_compile", "--warmup_sentences=")
