@@ -19,40 +19,18 @@ from tf_transformer.inputs.tokenizer import Tokenizer
 from tf_transformer.model import cache as caches
 from tf_transformer.model.transformer import build_model
 from tf_transformer import model_dir as model_dir_lib
-
-SENTENCES = [
-    "Fonts",
-    "Replacement table",
-    "Enables the font replacement settings that you define.",
-    "If you want, you can override the default substitution font that your operating system "
-    "uses when it encounters an unavailable font in a document.",
-    "Always checkbox",
-    "Screen only",
-    "Font replacement on screen and when printing, whether the font is installed or not.",
-    "checked",
-]
-
-
-def _model(model_dir, eos_scale=1.0, **model_overrides):
-    config = Config.load(model_dir)
-    model = build_model(config.model.__class__(**{**config.model.__dict__, **model_overrides}))
-    tf.train.Checkpoint(model=model).restore(tf.train.latest_checkpoint(model_dir)).expect_partial()
-    if eos_scale != 1.0:
-        table = model.target_embedding.token_embedding.embeddings
-        table.assign(tf.tensor_scatter_nd_update(table, [[EOS_ID]], table[EOS_ID:EOS_ID + 1] * eos_scale))
-    return model
+from decoding_fixtures import SENTENCES, load_model, translator
 
 
 def _translator(model_dir, eos_scale=1.0, **decode):
-    tokenizer = Tokenizer(f"{model_dir}/{model_dir_lib.VOCAB_FILE}")
-    return Translator(_model(model_dir, eos_scale), tokenizer, DecodeConfig(**decode),
-                      max_source_length=64)
+    return translator(load_model(model_dir, eos_scale), model_dir, **decode)
 
 
 @pytest.fixture(scope="module")
-def eos_prone(tiny_model_dir):
+def eos_prone(eos_prone_model, tiny_model_dir):
     """Beam 4, nbest 2, one search per batch (splits: the parallel-search test)."""
-    return _translator(tiny_model_dir, eos_scale=4.0, beam_size=4, nbest=2, parallel_searches=1)
+    return translator(eos_prone_model, tiny_model_dir, beam_size=4, nbest=2,
+                      parallel_searches=1)
 
 
 @pytest.fixture(scope="module")
@@ -171,15 +149,15 @@ def test_eos_ends_every_hypothesis_and_nothing_follows(eos_prone, sources):
 
 def test_maximum_length_is_source_length_plus_extra_length(tiny_model_dir, sources):
     # Random weights: runs to the limit. One search per batch: one copy of the loop to trace.
-    translator = _translator(tiny_model_dir, beam_size=2, parallel_searches=1)
+    decoder = _translator(tiny_model_dir, beam_size=2, parallel_searches=1)
     source_lengths = _source_lengths(sources)
-    out = translator.translate_ids(tf.constant(sources), extra_length=7)
+    out = decoder.translate_ids(tf.constant(sources), extra_length=7)
     lengths = out["lengths"].numpy()[:, 0]
     assert (lengths <= source_lengths + 7).all()
     assert (lengths == source_lengths + 7).sum() >= len(sources) - 1
     assert out["ids"].shape[2] == source_lengths.max() + 7
     # The default (DecodeConfig.extra_length = 50) without the override.
-    assert translator.translate_ids(tf.constant(sources[:1]))["ids"].shape[2] == source_lengths[0] + 50
+    assert decoder.translate_ids(tf.constant(sources[:1]))["ids"].shape[2] == source_lengths[0] + 50
 
 
 def test_learned_positions_cap_the_output_length(tiny_model_dir):
@@ -187,10 +165,10 @@ def test_learned_positions_cap_the_output_length(tiny_model_dir):
     config = Config.load(tiny_model_dir).model
     model = build_model(config.__class__(**{**config.__dict__, "positions": "learned",
                                             "max_positions": 24}))
-    translator = Translator(model, tokenizer, DecodeConfig(beam_size=1, parallel_searches=1),
-                            max_source_length=64)
-    assert translator.max_source_length == 24
-    out = translator.translate(tf.constant([" ".join(["word"] * 100), "Fonts"]))
+    decoder = Translator(model, tokenizer, DecodeConfig(beam_size=1, parallel_searches=1),
+                        max_source_length=64)
+    assert decoder.max_source_length == 24
+    out = decoder.translate(tf.constant([" ".join(["word"] * 100), "Fonts"]))
     assert out["length"].numpy().max() <= 24
 
 
