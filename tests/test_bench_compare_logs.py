@@ -3,6 +3,7 @@
 import os
 
 from bench.compare import dev_curves, train_logs
+from bench_compare_fixtures import fake_modules, load_opennmt_train
 
 ONMT = [
     "2026-11-25 20:25:49.168000: I runner.py:310] Step = 25 ; steps/s = 0.94, tokens/s = 6563 "
@@ -163,23 +164,13 @@ class _FakeTrainer:
 
 def _opennmt_train(monkeypatch, trainer, version="2.32.0"):
     """bench/compare/opennmt_train.py loaded on a fake OpenNMT-tf (its venv is not ours)."""
-    import importlib.util
-    import sys
-    import types
-
     from bench.compare import trainings
 
-    fake = {name: types.ModuleType(name) for name in
-            ("opennmt", "opennmt.training", "opennmt.bin", "opennmt.bin.main")}
+    fake = fake_modules("opennmt", "opennmt.training", "opennmt.bin", "opennmt.bin.main")
     fake["opennmt"].__version__ = version
     fake["opennmt"].training, fake["opennmt.bin"].main = fake["opennmt.training"], fake["opennmt.bin.main"]
     fake["opennmt.training"].Trainer = trainer
-    for name, module in fake.items():
-        monkeypatch.setitem(sys.modules, name, module)
-    spec = importlib.util.spec_from_file_location(
-        "opennmt_train", os.path.join(trainings.HERE, "opennmt_train.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_opennmt_train(monkeypatch, fake)
     assert module.PATCH_ERROR == trainings.OPENNMT_PATCH_ERROR
     return module
 

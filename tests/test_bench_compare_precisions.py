@@ -8,6 +8,7 @@ import os
 import pytest
 
 from bench.compare import precisions, report, trainings
+from bench_compare_fixtures import fake_modules, load_opennmt_train
 
 CPUINFO = """processor\t: 0
 vendor_id\t: GenuineIntel
@@ -231,24 +232,17 @@ def test_the_precisions_reach_each_trainer(tmp_path, monkeypatch):
 
 
 def test_opennmt_train_forces_mixed_precision_on_the_cpu(monkeypatch, capsys):
-    import importlib.util
-    import sys
     import types
 
     calls = []
     misc = types.ModuleType("opennmt.utils.misc")
     misc.enable_mixed_precision = lambda force=False: calls.append(force) or force
-    fake = {name: types.ModuleType(name) for name in
-            ("opennmt", "opennmt.training", "opennmt.bin", "opennmt.bin.main", "opennmt.utils")}
+    fake = fake_modules("opennmt", "opennmt.training", "opennmt.bin", "opennmt.bin.main",
+                        "opennmt.utils")
     fake["opennmt.utils.misc"] = misc
     fake["opennmt.utils"].misc = misc
     fake["opennmt"].utils = fake["opennmt.utils"]
-    for name, module in fake.items():
-        monkeypatch.setitem(sys.modules, name, module)
-    spec = importlib.util.spec_from_file_location(
-        "opennmt_train", os.path.join(trainings.HERE, "opennmt_train.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_opennmt_train(monkeypatch, fake)
     module._force_mixed_precision()
     assert misc.enable_mixed_precision() is True and calls == [True]  # as OpenNMT-tf's runner calls it
     assert capsys.readouterr().out.startswith("mixed_precision=forced")
