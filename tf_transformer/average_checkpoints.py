@@ -31,7 +31,6 @@ def main(argv):
     from tf_transformer.config import Config
     from tf_transformer.model import build_model
     from tf_transformer import model_dir as model_dir_lib
-    from tf_transformer.training import selection
 
     if FLAGS.num_best:
         number, which, checkpoint = FLAGS.num_best, "best", model_dir_lib.BEST

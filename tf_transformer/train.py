@@ -95,7 +95,8 @@ def main(argv):
     from tf_transformer.inputs import corpus, packing, pipeline, streamed, tokenizer
     from tf_transformer.training import distribution, divergence, precision, vocabularies
     from tf_transformer.training.evaluators import dev_loss_fn
-    from tf_transformer.training.trainer import NonFiniteLossError, Trainer
+    from tf_transformer.training.host_loop import NonFiniteLossError
+    from tf_transformer.training.trainer import Trainer
 
     distribution.set_threads(FLAGS.intra_op_threads, FLAGS.inter_op_threads)
     distribution.split_cpu(FLAGS.cpu_devices)

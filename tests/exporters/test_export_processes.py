@@ -10,7 +10,6 @@ from model_fixtures import REPO_ROOT
 from saved_model_fixtures import (
     DECODE_FLAGS,
     PYTHON,
-    SERVING_DIR,
     SIGNATURE_SPECS,
     clean_translate,
     dev_sentences,

@@ -21,7 +21,6 @@ from trainer_fixtures import STEPS, concat_batches, dataset_of, read_scalars, tr
 
 from tf_transformer.model import build_model
 from tf_transformer import model_dir as model_dir_lib
-from tf_transformer.training import selection
 from tf_transformer.training.selection import ModelSelection
 from tf_transformer.training.trainer import Trainer
 

@@ -22,7 +22,8 @@ from tf_transformer.config import Config, ConfigError
 from tf_transformer.model import build_model
 from tf_transformer import model_dir as model_dir_lib
 from tf_transformer.training import keras_optimizers, losses
-from tf_transformer.training.trainer import NonFiniteLossError, StepPolicy, Trainer
+from tf_transformer.training.host_loop import NonFiniteLossError
+from tf_transformer.training.trainer import StepPolicy, Trainer
 
 
 def _sgd():

@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import os
 from typing import Callable, Sequence
 
 import numpy as np
@@ -58,7 +57,7 @@ from absl import logging
 from tf_transformer import model_dir as model_dir_lib
 from tf_transformer.config import EOS_ID, PAD_ID, UNK_ID, Config, DecodeConfig
 from tf_transformer.decoding import alignments, scoring, signatures
-from tf_transformer.decoding.compiled_search import LENGTH_BUCKET, CompiledSearch  # noqa: F401
+from tf_transformer.decoding.compiled_search import CompiledSearch
 from tf_transformer.decoding.model_search import ModelSearch
 from tf_transformer.inputs import tokenizer as tokenizer_lib
 from tf_transformer.inputs.tokenizer import Tokenizer, TokenizerPair

@@ -50,7 +50,8 @@ import tensorflow as tf
 from absl import logging
 
 from tf_transformer.decoding import signatures
-from tf_transformer.decoding.translator import LENGTH_BUCKET, Translator
+from tf_transformer.decoding.compiled_search import LENGTH_BUCKET
+from tf_transformer.decoding.translator import Translator
 from tf_transformer.exporters import versions, warmup
 
 METADATA_FILE = "export_metadata.json"

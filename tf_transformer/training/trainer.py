@@ -35,7 +35,6 @@ from tf_transformer.model import build_model, flops
 from tf_transformer.training import compiled_step, distribution, host_loop, keras_optimizers, losses
 from tf_transformer.training.divergence import DivergenceWatch
 from tf_transformer.training.evaluators import Evaluations, Evaluator
-from tf_transformer.training.host_loop import NonFiniteLossError  # noqa: F401 (train.py)
 from tf_transformer.training.input_state import InputCheckpoint, Staged
 from tf_transformer.training.policies import Budget, Every, SignalWatch, next_sync_step
 from tf_transformer.training.reporting import ProgressReporter, default_peak_tflops
