@@ -7,8 +7,8 @@ is checked without editing this file. Also: binaries never import each other, an
 """
 
 import ast
-import concurrent.futures
 import functools
+import json
 import os
 import re
 import subprocess
@@ -36,10 +36,31 @@ def _binaries() -> dict[str, str]:
 BINARIES = _binaries()
 
 
-def _run(module, flag):
+# `python -m MODULE --help` (runpy, as -m runs it), then the XML that --helpxml prints, from
+# the same flag registry: one process per binary, so one that imports TensorFlow pays it once.
+_HELP_AND_XML = """
+import contextlib, io, json, runpy, sys
+from absl import flags
+sys.argv = [sys.argv[1], "--help"]
+out = io.StringIO()
+with contextlib.redirect_stdout(out):
+    try:
+        runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
+    except SystemExit:
+        pass
+xml = io.StringIO()
+flags.FLAGS.write_help_in_xml_format(xml)
+print(json.dumps([xml.getvalue(), out.getvalue()]))
+"""
+
+
+def _run(module):
+    """(--helpxml output, --help output) of `python -m module`."""
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    return subprocess.run([sys.executable, "-m", module, flag], cwd=REPO_ROOT, env=env,
-                          capture_output=True, text=True, timeout=300).stdout
+    run = subprocess.run([sys.executable, "-c", _HELP_AND_XML, module], cwd=REPO_ROOT, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return json.loads(run.stdout.splitlines()[-1])
 
 
 def test_every_python_m_command_of_the_readme_runs_a_module_of_the_checkout():
@@ -63,8 +84,7 @@ def test_the_documented_binaries_are_found():
 @functools.lru_cache(maxsize=None)
 def _help(module: str) -> tuple[dict[str, str], dict[str, str], str]:
     """(expected flags: name -> help, --help blocks: name -> text, --help output)."""
-    with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        helpxml, help_text = pool.map(lambda flag: _run(module, flag), ["--helpxml", "--help"])
+    helpxml, help_text = _run(module)
     expected = project_flags(helpxml)
     assert expected, helpxml[-2000:]
     return expected, help_blocks(help_text), help_text

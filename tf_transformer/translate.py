@@ -64,14 +64,12 @@ SAMPLING_FLAGS = ("sampling_topk", "sampling_topp", "sampling_temperature")
 def main(argv):
     del argv
     process_defaults.apply()  # before TensorFlow's import
-    from tf_transformer.cli import streaming
-
     sampling = any(FLAGS[name].value is not None for name in SAMPLING_FLAGS)
     if sampling and (FLAGS.nbest is not None or FLAGS.with_alignments
-                     or FLAGS.replace_unknown_target):
+                     or FLAGS.replace_unknown_target):  # refused before TensorFlow's import
         raise app.UsageError("sampling draws one output: no --nbest, --with_alignments or "
                              "--replace_unknown_target")
-    from tf_transformer.cli import decoders
+    from tf_transformer.cli import decoders, streaming
 
     translator, decode = flags_lib.translator_from_flags()
     decode_batch = None

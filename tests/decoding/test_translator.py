@@ -22,8 +22,8 @@ from tf_transformer import model_dir as model_dir_lib
 from decoding_fixtures import SENTENCES, load_model, translator
 
 
-def _translator(model_dir, eos_scale=1.0, **decode):
-    return translator(load_model(model_dir, eos_scale), model_dir, **decode)
+def _translator(model_dir, **decode):
+    return translator(load_model(model_dir), model_dir, **decode)
 
 
 @pytest.fixture(scope="module")
@@ -104,10 +104,11 @@ def one_search(eos_prone, sources):
     return batch, eos_prone.translate_ids(batch)
 
 
-@pytest.mark.parametrize("parts", [2, 3])
-def test_parallel_searches_give_one_searchs_outputs_in_input_order(eos_prone, one_search, parts):
-    """24 sentences in mixed order, split over `parts` interleaved searches, equal
-    one search over the batch: ids, lengths, scores, nbest 2."""
+def test_parallel_searches_give_one_searchs_outputs_in_input_order(eos_prone, one_search):
+    """24 sentences in mixed order, split over 2 interleaved searches (the default
+    parallel_searches; any count runs the same `_parallel_search`), equal one search
+    over the batch: ids, lengths, scores, nbest 2."""
+    parts = 2
     batch, expected = one_search
     split = Translator(eos_prone.model, eos_prone.tokenizer,
                        DecodeConfig(beam_size=4, nbest=2, parallel_searches=parts),
@@ -187,13 +188,14 @@ def test_text_api_handles_empty_bad_and_long_inputs(eos_prone):
     assert eos_prone.translate_nbest(tf.constant([], tf.string))["translations"].shape == [0, 2]
 
 
-def test_compiled_search_gives_the_graph_paths_outputs(tiny_model_dir, eos_prone):
+def test_compiled_search_gives_the_graph_paths_outputs(tiny_model_dir, eos_prone_model,
+                                                       eos_prone):
     """jit_compile pads the source to a compiled shape: outputs must not change, through the
     ids and the text signatures. One sentence (10 tokens -> 16) with extra_length 30: its
     hypotheses end by EOS past FIRST_CACHE_LENGTH, on the grown cache, and the ids are cut
     back to the graph path's width; an empty batch. (Batches padded with filler rows and
     their capacity stages: test_compiled_search.py.)"""
-    compiled = _translator(tiny_model_dir, eos_scale=4.0, beam_size=4, nbest=2, jit_compile=True)
+    compiled = translator(eos_prone_model, tiny_model_dir, beam_size=4, nbest=2, jit_compile=True)
     text = tf.constant(SENTENCES[1:2])
     one = eos_prone.source_ids(text)
     assert one.shape == [1, 10]

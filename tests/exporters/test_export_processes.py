@@ -83,29 +83,55 @@ def test_jit_compiled_export_translates_as_the_default_one(compiled_run, loaded)
     assert got == [t.decode() for t in serve_bytes(loaded, texts)]
 
 
+# saved_model_cli's own main (what the `saved_model_cli` script runs), three times in one
+# process: `show`, `run` before tensorflow_text is imported (the stock CLI), `run` after.
+_SAVED_MODEL_CLI = """
+import contextlib, io, json, sys
+from absl import flags
+from tensorflow.python.tools import saved_model_cli
+
+
+def cli(args):
+    sys.argv = ["saved_model_cli", *args]
+    flags.FLAGS.unparse_flags()
+    out, err, code = io.StringIO(), io.StringIO(), 0
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            saved_model_cli.main()
+        except SystemExit as exit:
+            code = 0 if exit.code is None else exit.code
+        except Exception as error:  # noqa: BLE001  (the test reads it)
+            code, err = 1, io.StringIO(f"{type(error).__name__}: {error}")
+    return {"code": code, "stdout": out.getvalue(), "stderr": err.getvalue()}
+
+
+show_args, run_args = json.loads(sys.argv[1])
+runs = [cli(show_args), cli(run_args)]
+import tensorflow_text  # noqa: E402,F401  (registers the SentencePiece ops)
+runs.append(cli(run_args))
+print(json.dumps(runs))
+"""
+
+
 @pytest.mark.slow
 def test_saved_model_cli_show_and_run(exported, loaded):
-    cli = os.path.join(os.path.dirname(PYTHON), "saved_model_cli")
-    show = subprocess.run([cli, "show", "--dir", exported, "--all"], capture_output=True,
-                          env=serving_env(), timeout=300)
-    assert show.returncode == 0, show.stderr.decode()[-2000:]
-    text = show.stdout.decode()
+    run_args = ["run", "--dir", exported, "--tag_set", "serve", "--signature_def",
+                "serving_default", "--input_exprs", 'text=["Replacement table","Fonts"]']
+    cli = subprocess.run([PYTHON, "-c", _SAVED_MODEL_CLI,
+                          json.dumps([["show", "--dir", exported, "--all"], run_args])],
+                         capture_output=True, text=True, env=serving_env(), timeout=300)
+    assert cli.returncode == 0, cli.stderr[-3000:]
+    show, plain, wrapped = json.loads(cli.stdout.splitlines()[-1])
+    assert show["code"] == 0, show["stderr"][-2000:]
+    text = show["stdout"]
     for name in SIGNATURE_SPECS:
         assert f"signature_def['{name}']" in text
     assert "inputs['text'] tensor_info:\n        dtype: DT_STRING\n        shape: (-1)" in text
     assert "'SentencepieceOp'" in text
-    run_args = ["run", "--dir", exported, "--tag_set", "serve", "--signature_def",
-                "serving_default", "--input_exprs", 'text=["Replacement table","Fonts"]']
-    plain = subprocess.run([cli, *run_args], capture_output=True, env=serving_env(), timeout=300)
     # The stock CLI does not import tensorflow_text, so the ops are unknown to it.
-    assert plain.returncode != 0
-    assert "Op type not registered 'SentencepieceOp'" in plain.stderr.decode()
-    wrapped = subprocess.run(
-        [PYTHON, "-c", "import sys, tensorflow_text; from tensorflow.python.tools import "
-         "saved_model_cli; sys.argv[0] = 'saved_model_cli'; sys.exit(saved_model_cli.main())",
-         *run_args], capture_output=True, env=serving_env(), timeout=300)
-    assert wrapped.returncode == 0, wrapped.stderr.decode()[-2000:]
+    assert plain["code"] != 0
+    assert "Op type not registered 'SentencepieceOp'" in plain["stderr"]
+    assert wrapped["code"] == 0, wrapped["stderr"][-2000:]
     expected = serve_bytes(loaded, ["Replacement table", "Fonts"])
-    assert "Result for output key translation:" in wrapped.stdout.decode()
-    assert repr(expected[0])[:30] in wrapped.stdout.decode()
-
+    assert "Result for output key translation:" in wrapped["stdout"]
+    assert repr(expected[0])[:30] in wrapped["stdout"]
