@@ -13,7 +13,7 @@ from tf_transformer.training.trainer import Trainer
 
 def _run(model_dir, pairs, tokenizer, max_steps):
     config = Config(model=dataclasses.replace(MODEL, vocab_size=tokenizer.vocab_size, dropout=0.3),
-                    data=DataConfig(max_length=32, tokens_per_batch=256, shuffle_buffer=200,
+                    data=DataConfig(max_length=32, tokens_per_batch=256, shuffle_buffer=50,
                                     deterministic=True),
                     train=TrainConfig(warmup_steps=10, log_every=1, checkpoint_minutes=1e9))
 
@@ -29,7 +29,7 @@ def _run(model_dir, pairs, tokenizer, max_steps):
 
 
 def test_half_resume_half_equals_straight(tmp_path, embedded_corpus, small_tokenizer):
-    pairs = corpus.Corpus(embedded_corpus.sources[:400], embedded_corpus.targets[:400])
+    pairs = corpus.Corpus(embedded_corpus.sources[:100], embedded_corpus.targets[:100])
     straight, losses = _run(str(tmp_path / "straight"), pairs, small_tokenizer, 6)
     _, first = _run(str(tmp_path / "resumed"), pairs, small_tokenizer, 3)
     resumed, second = _run(str(tmp_path / "resumed"), pairs, small_tokenizer, 6)

@@ -200,14 +200,18 @@ def test_tiny_model_overfits_a_few_pairs():
     optimizer = tf.keras.optimizers.Adam(3e-3)
 
     @tf.function
-    def step():
-        with tf.GradientTape() as tape:
-            loss = losses.mean_token_loss(model(inputs, training=True), labels, 0.1)
-        grads = tape.gradient(loss, model.trainable_variables)
-        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+    def train(steps):
+        """`steps` Adam steps in one call (a tf.while_loop); the last step's loss."""
+        loss = tf.constant(0.0)
+        for _ in tf.range(steps):
+            with tf.GradientTape() as tape:
+                loss = losses.mean_token_loss(model(inputs, training=True), labels, 0.1)
+            grads = tape.gradient(loss, model.trainable_variables)
+            optimizer.apply_gradients(zip(grads, model.trainable_variables))
         return loss
 
-    for _ in range(300):
-        loss = step()
+    # 100 steps: within 0.02 of the floor from the weights of seeds 0 to 3 (0.017 at worst).
+    loss = train(tf.constant(100))
+    assert int(optimizer.iterations) == 100
     floor = losses.loss_floor(24, 0.1)
     assert float(loss) < floor + 0.05, (float(loss), floor)

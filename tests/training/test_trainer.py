@@ -1,4 +1,5 @@
-"""The trainer: replica-count invariance, accumulation, resume, averaging, NaN guard."""
+"""The trainer: replica-count invariance, accumulation, averaging, NaN guard. (Resume:
+test_exact_resume.py, test_host_loop.py.)"""
 
 import dataclasses
 
@@ -81,46 +82,41 @@ def _assert_same_training(a, b, losses_a, losses_b, initial):
     assert max(np.abs(x - w).max() for x, w in zip(weights_a, initial)) > 1e-2
 
 
-def _initial_weights(tmp_path):
-    return weights_but_key_biases(Trainer(train_config(), str(tmp_path / "initial"),
-                                          tf.distribute.OneDeviceStrategy("/cpu:0")))
+@pytest.fixture(scope="module")
+def global_batch(tmp_path_factory):
+    """The reference of the two invariance tests below: one replica, each step's two halves
+    as one batch, SGD; and the initial weights (the same seed: every trainer's)."""
+    path = tmp_path_factory.mktemp("global_batch")
+    initial = weights_but_key_biases(Trainer(train_config(), str(path / "initial"),
+                                             tf.distribute.OneDeviceStrategy("/cpu:0")))
+    trainer, losses = _train(path, "one", tf.distribute.OneDeviceStrategy("/cpu:0"),
+                             [concat_batches(*pair) for pair in STEPS], 3, optimizer_fn=_sgd)
+    return trainer, losses, initial
 
 
-def test_two_replicas_equal_one_replica_with_the_global_batch(tmp_path):
+def test_two_replicas_equal_one_replica_with_the_global_batch(tmp_path, global_batch):
     mirrored = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
     assert mirrored.num_replicas_in_sync == 2
     two, losses_two = _train(tmp_path, "two", mirrored, [b for pair in STEPS for b in pair], 3,
                              optimizer_fn=_sgd)
     assert two.strategy.num_replicas_in_sync == 2
-    one, losses_one = _train(tmp_path, "one", tf.distribute.OneDeviceStrategy("/cpu:0"),
-                             [concat_batches(*pair) for pair in STEPS], 3, optimizer_fn=_sgd)
-    _assert_same_training(two, one, losses_two, losses_one, _initial_weights(tmp_path))
+    one, losses_one, initial = global_batch
+    assert one.strategy.num_replicas_in_sync == 1
+    _assert_same_training(two, one, losses_two, losses_one, initial)
 
 
-def test_accumulation_equals_a_batch_twice_as_large(tmp_path):
+def test_accumulation_equals_a_batch_twice_as_large(tmp_path, global_batch):
     device = tf.distribute.OneDeviceStrategy("/cpu:0")
     accum, losses_accum = _train(tmp_path, "accum", device, [b for pair in STEPS for b in pair],
                                  3, optimizer_fn=_sgd, accum_steps=2)
-    big, losses_big = _train(tmp_path, "big", device, [concat_batches(*pair) for pair in STEPS],
-                             3, optimizer_fn=_sgd)
-    _assert_same_training(accum, big, losses_accum, losses_big, _initial_weights(tmp_path))
+    big, losses_big, initial = global_batch
+    _assert_same_training(accum, big, losses_accum, losses_big, initial)
 
 
 def test_an_optimizer_that_all_reduces_again_is_refused(tmp_path):
     with pytest.raises(TypeError, match="all-reduce the gradients again"):
         Trainer(train_config(), str(tmp_path), tf.distribute.OneDeviceStrategy("/cpu:0"),
                 optimizer_fn=lambda: keras.optimizers.SGD(learning_rate=1.0))
-
-
-def test_resume_continues_the_same_loss_curve(tmp_path):
-    device = tf.distribute.OneDeviceStrategy("/cpu:0")
-    batches = [concat_batches(*pair) for pair in STEPS] + [random_batch(9, 4, 6),
-                                                           random_batch(10, 2, 3)]
-    _, straight = _train(tmp_path, "straight", device, batches, 6)
-    _, first = _train(tmp_path, "resumed", device, batches, 3)
-    resumed, second = _train(tmp_path, "resumed", device, batches, 6)
-    assert resumed.step == 6 and len(second) == 3
-    np.testing.assert_allclose(first + second, straight, atol=2e-5)
 
 
 def test_nan_loss_stops_with_the_step_and_keeps_the_last_good_checkpoint(tmp_path):

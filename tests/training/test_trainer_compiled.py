@@ -1,6 +1,8 @@
 """The compiled step (TrainConfig.compile_step): same numbers as the graph step, one XLA
 compilation per batch shape, and PAD rows that change nothing."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -38,8 +40,9 @@ def _batch(seed, batch, length, pad_rows=0):
     return out
 
 
-def _trainer(tmp_path, name, **train):
-    return Trainer(_config(**train), str(tmp_path / name), tf.distribute.OneDeviceStrategy("/cpu:0"))
+def _trainer(tmp_path, name, vocab_size=MODEL.vocab_size, **train):
+    config = _config(**train).replace(model=dataclasses.replace(MODEL, vocab_size=vocab_size))
+    return Trainer(config, str(tmp_path / name), tf.distribute.OneDeviceStrategy("/cpu:0"))
 
 
 def _steps(trainer, batches):
@@ -72,9 +75,9 @@ class Trainers:
     tests below: each trace costs seconds, each XLA compilation (one per batch shape and
     trainer) more. `reset` puts back both trainers' initial weights and optimizer state."""
 
-    def __init__(self, directory):
-        self.graph = _trainer(directory, "graph")
-        self.compiled = _trainer(directory, "xla", compile_step=True)
+    def __init__(self, directory, vocab_size):
+        self.graph = _trainer(directory, "graph", vocab_size)
+        self.compiled = _trainer(directory, "xla", vocab_size, compile_step=True)
         self._initial = {name: trainer.checkpoint.write(str(directory / f"{name}_initial"))
                          for name, trainer in self._named()}
 
@@ -88,8 +91,10 @@ class Trainers:
 
 
 @pytest.fixture(scope="module")
-def trainers(tmp_path_factory):
-    return Trainers(tmp_path_factory.mktemp("trainers"))
+def trainers(tmp_path_factory, small_tokenizer):
+    """On the vocabulary of `small_tokenizer` (the static run's batches; the random batches
+    use ids below 30)."""
+    return Trainers(tmp_path_factory.mktemp("trainers"), small_tokenizer.vocab_size)
 
 
 def test_compiled_step_equals_the_graph_step(trainers):
@@ -134,8 +139,9 @@ def test_pad_rows_change_neither_the_loss_nor_the_update(trainers, compile_step)
         np.testing.assert_allclose(_key_bias_free(y), x, atol=1e-6, err_msg=y.path)
 
 
-def test_static_run_compiles_once_per_batch_shape(tmp_path, embedded_corpus, small_tokenizer):
-    """A training run on static batches: one XLA compilation per shape, however many steps."""
+def test_static_run_compiles_once_per_batch_shape(trainers, embedded_corpus, small_tokenizer):
+    """A training run on static batches: one XLA compilation per shape, however many steps
+    (the shared compiled trainer: its shapes so far are the tests' above, none of these)."""
     data = DataConfig(max_length=16, tokens_per_batch=256, static_batch=True,
                       static_boundaries=(8,), deterministic=True, shuffle_buffer=200)
     pairs = corpus.Corpus(embedded_corpus.sources[:400], embedded_corpus.targets[:400])
@@ -143,9 +149,9 @@ def test_static_run_compiles_once_per_batch_shape(tmp_path, embedded_corpus, sma
                    .take(14).as_numpy_iterator())
     shapes = {b["source"].shape for b in batches}
     assert shapes == {(32, 8), (16, 16)}  # two shapes (each compiles in seconds), many steps
-    model = ModelConfig(**{**MODEL.__dict__, "vocab_size": small_tokenizer.vocab_size})
-    config = _config(data=data, compile_step=True).replace(model=model)
-    trainer = Trainer(config, str(tmp_path), tf.distribute.OneDeviceStrategy("/cpu:0"))
+    trainers.reset()
+    trainer = trainers.compiled
+    compiles, seconds = trainer.step_fn().compiles, trainer.step_fn().compile_seconds
 
     def dataset_fn(start_step):
         return lambda ctx: tf.data.Dataset.from_generator(
@@ -154,8 +160,8 @@ def test_static_run_compiles_once_per_batch_shape(tmp_path, embedded_corpus, sma
 
     result = trainer.train(dataset_fn, max_steps=len(batches), log_fn=lambda line: None)
     assert result.step == len(batches)
-    assert trainer.step_fn().compiles == len(shapes)
-    assert trainer.step_fn().compile_seconds > 0
+    assert trainer.step_fn().compiles == compiles + len(shapes)
+    assert trainer.step_fn().compile_seconds > seconds
 
 
 def test_mixed_float16_compiled_step_scales_the_loss(tmp_path):
