@@ -34,17 +34,6 @@ distribution.split_cpu(TEST_CPU_DEVICES)
 from model_fixtures import EMBEDDED_CORPUS_DIR, REPO_ROOT  # noqa: E402,F401
 
 
-def pytest_collection_modifyitems(items):
-    """Files that hold a `slow` test run first, each file's tests in their order.
-
-    `make test` hands whole files to two processes (`--dist loadfile
-    --no-loadscope-reorder`) in this order: the long end-to-end files first, the many
-    short files last, so both processes finish within a short file of each other.
-    """
-    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: item.path not in slow_files)  # stable: order kept within
-
-
 # --- Corpus and tokenizers shared by the data tests (tf_transformer/corpus.py, tokenizer.py).
 import pytest  # noqa: E402
 
