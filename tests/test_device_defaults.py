@@ -54,7 +54,7 @@ def test_the_cache_write_has_a_kernel_for_every_training_dtype(device, dtype):
     matrix = tf.constant(np.arange(24).reshape(6, 4), dtype)
     rows, values = tf.constant([1, 4]), tf.constant(-np.ones([2, 4]), dtype)
 
-    @tf.function
+    @tf.function(autograph=False)
     def write(matrix):
         with tf.device(f"/{device}:0"):
             return kernels.write_rows_in_place(tf.identity(matrix), rows, values)
@@ -72,7 +72,7 @@ def test_a_write_without_an_in_place_kernel_is_a_scatter():
     assert not kernels.has_kernel("InplaceUpdate", "GPU", tf.int16)
     assert kernels.has_kernel("InplaceUpdate", "CPU", tf.int16)
 
-    @tf.function
+    @tf.function(autograph=False)
     def write(matrix):
         with tf.device("/GPU:0"):
             return kernels.write_rows_in_place(tf.identity(matrix), tf.constant([0]),
@@ -126,7 +126,7 @@ def test_a_mixed_bfloat16_models_search_traced_for_a_gpu_has_gpu_kernels(small_t
     for device in ("CPU", "GPU"):
         translator = Translator(model, small_tokenizer, decode, 32, device_type=device)
 
-        @tf.function
+        @tf.function(autograph=False)
         def search(source_ids):
             with tf.device(f"/{device}:0"):
                 return translator.translate_ids(source_ids)

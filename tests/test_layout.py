@@ -2,7 +2,7 @@
 function-level imports included), decoding/ and exporters/ never import training/, and
 nothing in tf_transformer/ keeps hidden process state (no `global` statement, no
 environment variable set at import time; binaries set their process defaults in main,
-before TensorFlow is imported)."""
+before TensorFlow is imported), and every tf.function is traced without autograph."""
 
 from __future__ import annotations
 
@@ -134,6 +134,31 @@ def test_no_global_statement_and_no_environment_set_at_import():
         tree = ast.parse(open(path, encoding="utf-8").read())
         assert not [n for n in ast.walk(tree) if isinstance(n, ast.Global)], module
         assert not [n for n in _module_level_statements(tree) if _sets_environment(n)], module
+
+
+def _functions_with_autograph(tree: ast.Module) -> list[str]:
+    """The `tf.function` decorators and calls that leave autograph on (its default)."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and ast.unparse(node.func) == "tf.function":
+            if not any(k.arg == "autograph" and ast.unparse(k.value) == "False"
+                       for k in node.keywords):
+                found.append(ast.unparse(node))
+        decorators = getattr(node, "decorator_list", [])
+        found += [ast.unparse(d) for d in decorators if ast.unparse(d) == "tf.function"]
+    return found
+
+
+def test_every_tf_function_is_traced_without_autograph():
+    """Control flow in the package is explicit (tf.while_loop, tf.cond): autograph's
+    rewriting of every called function's source was a third of a training run's start."""
+    for module, path in _modules().items():
+        tree = ast.parse(open(path, encoding="utf-8").read())
+        assert not _functions_with_autograph(tree), module
+    offenders = _functions_with_autograph(ast.parse(
+        "@tf.function\ndef f(): pass\n@tf.function(jit_compile=True)\ndef g(): pass\n"
+        "h = tf.function(f)\nk = tf.function(f, autograph=False)\n"))
+    assert offenders == ["tf.function", "tf.function(jit_compile=True)", "tf.function(f)"]
 
 
 def test_the_environment_checks_see_what_they_look_for():

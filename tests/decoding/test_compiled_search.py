@@ -76,7 +76,7 @@ def test_capacity_stages_give_the_full_batch_search(model_and_step, beam, nbest)
     cache = model.initial_cache(model.encode(source), source)
     want = tf.function(lambda: beam_search(
         decode_step, cache, vocab_size=VOCAB, beam_size=beam, alpha=0.6,
-        max_lengths=max_lengths, nbest=nbest, shrink=False))()
+        max_lengths=max_lengths, nbest=nbest, shrink=False), autograph=False)()
     np.testing.assert_array_equal(got.ids.numpy(), want.ids.numpy())
     np.testing.assert_array_equal(got.lengths.numpy(), want.lengths.numpy())
     np.testing.assert_allclose(got.scores.numpy(), want.scores.numpy(), rtol=1e-5, atol=1e-6)

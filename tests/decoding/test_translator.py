@@ -70,7 +70,7 @@ def test_cached_and_uncached_decoding_give_identical_outputs(eos_prone, uncached
     empty = {"growing": caches.growing(), "chunked": caches.chunked(),
              "fixed": caches.fixed(int(tf.reduce_max(args["max_lengths"])))}[kind]
 
-    @tf.function
+    @tf.function(autograph=False)
     def search(source):
         cache = model.initial_cache(model.encode(source), source, empty)
         return beam_search(model.decode_step, cache, **args)
@@ -116,7 +116,7 @@ def test_parallel_searches_give_one_searchs_outputs_in_input_order(eos_prone, on
     assert len(set(expected["lengths"].numpy()[:, 0])) > 2
     via_signature = split.translate_ids(batch)  # 24 >= parts * 8: the split branch
     alpha, extra = tf.constant(split.alpha), tf.constant(split.extra_length)
-    direct = tf.function(lambda s: split._parallel_search(s, alpha, extra, 2))(batch)
+    direct = tf.function(lambda s: split._parallel_search(s, alpha, extra, 2), autograph=False)(batch)
     for got in (via_signature, direct._asdict()):
         np.testing.assert_array_equal(got["ids"].numpy(), expected["ids"].numpy())
         np.testing.assert_array_equal(got["lengths"].numpy(), expected["lengths"].numpy())

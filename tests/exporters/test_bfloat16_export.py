@@ -62,7 +62,7 @@ def test_a_step_runs_every_product_on_onednn(bf16_translator):
     model, search = bf16_translator.model, bf16_translator.model_search
     source = tf.constant([[5, 6, 7, 3]])
     cache = model.initial_cache(model.encode(source), source)
-    step = tf.function(lambda ids, s: search.step_fn()(ids, s, cache)[0])
+    step = tf.function(lambda ids, s: search.step_fn()(ids, s, cache)[0], autograph=False)
     graph = step.get_concrete_function(tf.TensorSpec([1, 4], tf.int32),
                                        tf.TensorSpec([], tf.int32)).graph
     types = {op.type for op in graph.get_operations()}

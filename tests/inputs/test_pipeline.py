@@ -163,3 +163,27 @@ def test_tokens_per_second_counts_the_non_pad_tokens(embedded_corpus, small_toke
     seconds = figures["seconds"]  # rounded to 1 ms
     assert (figures["tokens"] / (seconds + 6e-4) <= figures["tokens_per_second"]
             <= figures["tokens"] / max(seconds - 6e-4, 1e-9))
+
+
+def test_the_builders_trace_their_functions_without_autograph(monkeypatch, embedded_corpus,
+                                                              small_tokenizer):
+    """pipeline.make_dataset, packing.make_dataset and the stats' datasets hand tf.data
+    their functions as written: autograph converts none of them (a probe on its
+    conversion, which sees a plain `map` converted)."""
+    from tensorflow.python.autograph.impl import api
+
+    from tf_transformer.inputs import packing
+
+    converted = []
+    convert = api._convert_actual
+    monkeypatch.setattr(api, "_convert_actual", lambda entity, program_ctx: (
+        converted.append(entity), convert(entity, program_ctx))[1])
+    tf.data.Dataset.range(3).map(lambda x: x + 1)
+    assert converted  # the probe sees autograph at work
+    converted.clear()
+    config = DataConfig(tokens_per_batch=512, max_length=64)
+    pipeline.make_dataset(embedded_corpus, small_tokenizer, config, training=True)
+    pipeline.make_dataset(embedded_corpus, small_tokenizer, config, training=False)
+    packing.make_dataset(embedded_corpus, small_tokenizer, config)
+    stats.make_plain_dataset(embedded_corpus, small_tokenizer, config)
+    assert not converted, converted

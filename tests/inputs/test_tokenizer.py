@@ -118,7 +118,7 @@ def test_in_graph_and_saved_model(small_tokenizer, tmp_path):
             super().__init__()
             self.vocab = vocab
 
-        @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+        @tf.function(autograph=False, input_signature=[tf.TensorSpec([None], tf.string)])
         def round_trip(self, texts):
             return self.vocab.detokenize(self.vocab.tokenize(texts).to_tensor())
 
@@ -137,7 +137,7 @@ def test_two_vocabularies_in_one_saved_model_stay_apart(small_tokenizer,
             super().__init__()
             self.first, self.second = first, second
 
-        @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)])
+        @tf.function(autograph=False, input_signature=[tf.TensorSpec([None, None], tf.int32)])
         def detokenize_both(self, ids):
             return self.first.detokenize(ids), self.second.detokenize(ids)
 

@@ -95,7 +95,7 @@ def _loop_decoder(model, kind, jit):
             (tf.constant(0), state, tf.TensorArray(tf.float32, size=length)),
             shape_invariants=(tf.TensorShape([]), invariants, tf.TensorShape(None)))
         return tf.transpose(out.stack(), [1, 0, 2])
-    return tf.function(run, jit_compile=jit)
+    return tf.function(run, autograph=False, jit_compile=jit)
 
 
 @pytest.mark.parametrize("kind,jit", [

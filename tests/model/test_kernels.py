@@ -22,7 +22,7 @@ def _batch(batch=2, s=7, t=8):
 
 
 def _op_types(function, *args) -> set:
-    graph = tf.function(function).get_concrete_function(*args).graph
+    graph = tf.function(function, autograph=False).get_concrete_function(*args).graph
     return {op.type for op in graph.get_operations()}
 
 
@@ -65,9 +65,9 @@ def test_the_encoding_kernels_run_the_projections_on_eigen():
 
     types = _op_types(encode, source)
     assert "BatchMatMulV3" in types and "MatMul" not in types and "BatchMatMulV2" in types
-    plain = tf.function(lambda s: model.encode(s, training=False))
+    plain = tf.function(lambda s: model.encode(s, training=False), autograph=False)
     assert "MatMul" in _op_types(lambda s: model.encode(s, training=False), source)
-    np.testing.assert_allclose(tf.function(encode)(source).numpy(), plain(source).numpy(),
+    np.testing.assert_allclose(tf.function(encode, autograph=False)(source).numpy(), plain(source).numpy(),
                                rtol=1e-5, atol=1e-5)
 
 
@@ -94,7 +94,7 @@ def test_write_rows_in_place_writes_the_rows_into_its_input_buffer():
         matrix = tf.zeros([5, 3]) + 1.0  # a fresh tensor only this write reads
         return kernels.write_rows_in_place(matrix, rows, values)
 
-    out = tf.function(write)(tf.constant([1, 3]), tf.constant([[7.0] * 3, [9.0] * 3]))
+    out = tf.function(write, autograph=False)(tf.constant([1, 3]), tf.constant([[7.0] * 3, [9.0] * 3]))
     np.testing.assert_array_equal(out, [[1] * 3, [7] * 3, [1] * 3, [9] * 3, [1] * 3])
     types = _op_types(write, tf.constant([1, 3]), tf.constant([[7.0] * 3, [9.0] * 3]))
     assert "InplaceUpdate" in types
@@ -103,7 +103,7 @@ def test_write_rows_in_place_writes_the_rows_into_its_input_buffer():
 def test_distinct_zeros_are_zero_and_never_merged():
     """Two buffers of one shape stay two tensors after Grappler's common-subexpression
     elimination (the chunked cache writes into each in place)."""
-    @tf.function
+    @tf.function(autograph=False)
     def two(shape):
         a = kernels.distinct_zeros(shape, tf.float32)
         b = kernels.distinct_zeros(shape, tf.float32)

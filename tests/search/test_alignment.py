@@ -25,7 +25,7 @@ TABLE_SPEC = tf.TensorSpec([None, STEPS, VOCAB, 3, VOCAB], tf.float32)
 def decoder(beam, nbest, aligned, shrink):
     max_decode_length = None if shrink else STEPS
 
-    @tf.function(input_signature=[TABLE_SPEC, tf.TensorSpec([None], tf.int32)])
+    @tf.function(autograph=False, input_signature=[TABLE_SPEC, tf.TensorSpec([None], tf.int32)])
     def decode(tables, max_lengths):
         return beam_search(aligned_fn if aligned else scripted_fn, initial_cache(tables),
                            vocab_size=VOCAB, beam_size=beam, alpha=0.6, max_lengths=max_lengths,

@@ -105,7 +105,7 @@ def decoder(beam, nbest, cached=True, jit=False, cache="object"):
     fn = (dict_fn if cache == "dict" else cached_fn) if cached else uncached_fn
     max_decode_length = STEPS if jit else None
 
-    @tf.function(jit_compile=jit, input_signature=[
+    @tf.function(autograph=False, jit_compile=jit, input_signature=[
         TABLE_SPEC, tf.TensorSpec([None], tf.int32), tf.TensorSpec([], tf.float32)])
     def decode(tables, max_lengths, alpha):
         return search(fn, tables, max_lengths, alpha, beam, nbest, max_decode_length, cache)
@@ -345,7 +345,7 @@ def test_never_ids_are_never_generated():
 
     @functools.lru_cache(maxsize=None)
     def decoder(beam, never_ids):
-        @tf.function(input_signature=[TABLE_SPEC])
+        @tf.function(autograph=False, input_signature=[TABLE_SPEC])
         def decode(tables):
             initial = TableCache(memory=tables, sum=tf.zeros([tf.shape(tables)[0]], tf.int32))
             return beam_search(cached_fn, initial, vocab_size=VOCAB, beam_size=beam, alpha=0.6,

@@ -88,7 +88,7 @@ def decoder(beam, nbest, shrink, cache="object", jit=False):
     make = {"object": TableCache, "rigid": RigidCache,
             "dict": lambda memory, sum: {"memory": memory, "sum": sum}}[cache]
 
-    @tf.function(jit_compile=jit, input_signature=[TABLE_SPEC, tf.TensorSpec([None], tf.int32)])
+    @tf.function(autograph=False, jit_compile=jit, input_signature=[TABLE_SPEC, tf.TensorSpec([None], tf.int32)])
     def decode(tables, max_lengths):
         initial = make(memory=tables, sum=tf.zeros([tf.shape(tables)[0]], tf.int32))
         return beam_search(fn, initial, vocab_size=VOCAB, beam_size=beam, alpha=0.6,
@@ -148,7 +148,7 @@ def test_pack_keeps_live_rows_first_and_results_in_place():
     """live_rows.pack, XLA's move to a smaller capacity, under jit_compile."""
     want, _ = run(4, 2, shrink=False)
 
-    @tf.function(jit_compile=True, input_signature=[TABLE_SPEC, tf.TensorSpec([8], tf.int32)])
+    @tf.function(autograph=False, jit_compile=True, input_signature=[TABLE_SPEC, tf.TensorSpec([8], tf.int32)])
     def staged(tables, max_lengths):
         from tf_transformer.search.beam_search import BeamSearch
         search = BeamSearch(table_fn, vocab_size=VOCAB, beam_size=4, alpha=0.6,
@@ -185,7 +185,7 @@ def test_tiny_model_shrinking_gives_the_same_outputs():
         eos = tf.one_hot(EOS_ID, 40) * (logits[:, 5:6] + 1.7 - logits[:, EOS_ID:EOS_ID + 1])
         return logits + eos, cache
 
-    @tf.function
+    @tf.function(autograph=False)
     def decode(shrink):
         cache = model.initial_cache(model.encode(source), source, caches.growing())
         return beam_search(eos_prone, cache, vocab_size=40, beam_size=4, alpha=0.6,

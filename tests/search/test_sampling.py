@@ -82,7 +82,7 @@ def test_draws_follow_the_filtered_distribution():
 
 @functools.lru_cache(maxsize=None)
 def sampler(shrink=True):
-    @tf.function(input_signature=[TABLE_SPEC, tf.TensorSpec([None], tf.int32),
+    @tf.function(autograph=False, input_signature=[TABLE_SPEC, tf.TensorSpec([None], tf.int32),
                                   tf.TensorSpec([], tf.int64), tf.TensorSpec([], tf.int32),
                                   SCALAR, SCALAR])
     def run(tables, max_lengths, seed, topk, topp, temperature):

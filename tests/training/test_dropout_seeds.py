@@ -23,7 +23,7 @@ def test_replicas_draw_different_masks(tmp_path):
     trainer = _trainer(tmp_path, "run", mirrored)
     batch = {k: tf.constant(v) for k, v in random_batch(1, 4, 6).items()}
 
-    @tf.function
+    @tf.function(autograph=False)
     def loss_per_replica():
         # The same batch on both replicas: only the dropout masks can differ.
         return mirrored.run(lambda: trainer._grads(batch, trainer._seed_key(0))[1])

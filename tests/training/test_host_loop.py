@@ -132,7 +132,7 @@ def test_xla_replica_step_traced_once_for_both_replicas_equals_plain(tmp_path):
     assert compiled.traces == 1
     assert not {"Where", "GatherNd"} & {op.type for op in compiled._concrete.graph.get_operations()}
 
-    @tf.function
+    @tf.function(autograph=False)
     def both(batches):
         def replica(batch):
             key = trainer._seed_key(0)

@@ -25,7 +25,7 @@ def _update(make_optimizer, strategy):
         optimizer = make_optimizer()
         optimizer.build([variable])
 
-    @tf.function
+    @tf.function(autograph=False)
     def step():
         strategy.run(lambda: optimizer.apply_gradients([(tf.constant(GRADIENT), variable)]))
 

@@ -65,7 +65,7 @@ def test_fused_loss_compiles_with_xla():
     logits = tf.constant(rng.normal(size=(2, 5, 30)), tf.float32)
     labels = tf.constant(rng.integers(0, 30, size=(2, 5)), tf.int32)
     graph = _loss_and_grad(losses.smoothed_cross_entropy, logits, labels, 0.1)
-    compiled = tf.function(_loss_and_grad, jit_compile=True)(
+    compiled = tf.function(_loss_and_grad, autograph=False, jit_compile=True)(
         losses.smoothed_cross_entropy, logits, labels, 0.1)
     for a, b in zip(graph, compiled):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6)
@@ -77,7 +77,7 @@ def test_fused_loss_has_no_gather_gradient():
     logits = tf.zeros([6, 10])
     labels = tf.constant([1, 2, 3, 0, 5, 6])
 
-    @tf.function
+    @tf.function(autograph=False)
     def grad(logits):
         with tf.GradientTape() as tape:
             tape.watch(logits)
@@ -122,7 +122,7 @@ def _rates_used(optimizer, updates):
     variable = keras.Variable(0.0)
     optimizer.build([variable])
 
-    @tf.function
+    @tf.function  # autograph: the loop over tf.range is a tf.while_loop
     def run():
         used = tf.TensorArray(tf.float32, size=updates)
         reported = tf.TensorArray(tf.float32, size=updates)
@@ -199,7 +199,7 @@ def test_tiny_model_overfits_a_few_pairs():
     labels = tf.constant(target_out, tf.int32)
     optimizer = tf.keras.optimizers.Adam(3e-3)
 
-    @tf.function
+    @tf.function  # autograph: the loop over tf.range is a tf.while_loop
     def train(steps):
         """`steps` Adam steps in one call (a tf.while_loop); the last step's loss."""
         loss = tf.constant(0.0)

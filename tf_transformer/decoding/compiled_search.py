@@ -119,5 +119,5 @@ class CompiledSearch:
                 return tuple(fixed_shape_search(self._searches, source_ids, alpha,
                                                 extra_length, nbest))
 
-            self._functions[nbest] = tf.function(compiled_search, jit_compile=True)
+            self._functions[nbest] = tf.function(compiled_search, autograph=False, jit_compile=True)
         return self._functions[nbest]

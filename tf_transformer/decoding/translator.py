@@ -127,7 +127,7 @@ class Translator(tf.Module):
         # every part of a batch: the SavedModel holds one copy of the loop per nbest,
         # not one per caller (each copy cost ~60 MB of the loader's memory).
         self._loops = {str(n): tf.function(functools.partial(self._search, nbest=n),
-                                           input_signature=_SEARCH_INPUTS)
+                                           input_signature=_SEARCH_INPUTS, autograph=False)
                        for n in sorted({1, self.nbest})}
 
     @classmethod
@@ -149,12 +149,12 @@ class Translator(tf.Module):
         return translator
 
     # -- graph methods (exported) -----------------------------------------
-    @tf.function(input_signature=[signatures.TEXT])
+    @tf.function(autograph=False, input_signature=[signatures.TEXT])
     def source_ids(self, text: tf.Tensor) -> tf.Tensor:
         """[B] strings -> int32 [B, S]: tokens cut to max_source_length - 1, EOS, PAD after."""
         return self._source_ids(self.tokenizer.tokenize(text))
 
-    @tf.function(input_signature=[signatures.IDS, signatures.ALPHA, signatures.EXTRA])
+    @tf.function(autograph=False, input_signature=[signatures.IDS, signatures.ALPHA, signatures.EXTRA])
     def translate_ids(self, source_ids: tf.Tensor, alpha=-1.0, extra_length=-1) -> dict:
         """source_ids int32 [B, S <= max_source_length] (rows end with EOS, PAD after) ->
         {"ids": int32 [B, nbest, T] (EOS kept, PAD after), "scores": float32 [B, nbest],
@@ -162,14 +162,14 @@ class Translator(tf.Module):
         result = self.search(source_ids, self._alpha(alpha), self._extra(extra_length), self.nbest)
         return {"ids": result.ids, "scores": result.scores, "lengths": result.lengths}
 
-    @tf.function(input_signature=[signatures.TEXT, signatures.ALPHA, signatures.EXTRA])
+    @tf.function(autograph=False, input_signature=[signatures.TEXT, signatures.ALPHA, signatures.EXTRA])
     def translate(self, text: tf.Tensor, alpha=-1.0, extra_length=-1) -> dict:
         """[B] strings -> {"translation": [B] string, "score": float32 [B],
         "length": int32 [B] (target tokens, EOS included)}: the best hypothesis."""
         strings, scores, lengths = self._translate_text(text, alpha, extra_length, nbest=1)
         return {"translation": strings[:, 0], "score": scores[:, 0], "length": lengths[:, 0]}
 
-    @tf.function(input_signature=[signatures.TEXT, signatures.ALPHA, signatures.EXTRA])
+    @tf.function(autograph=False, input_signature=[signatures.TEXT, signatures.ALPHA, signatures.EXTRA])
     def translate_nbest(self, text: tf.Tensor, alpha=-1.0, extra_length=-1) -> dict:
         """[B] strings -> {"translations": [B, nbest] string, "scores": float32 [B, nbest],
         "lengths": int32 [B, nbest]}, best first."""
@@ -244,7 +244,7 @@ class Translator(tf.Module):
         return self._texts(tokens, result, nbest)
 
     # -- scoring, sampling, alignments ----------------------------------------
-    @tf.function(input_signature=[signatures.SOURCE, signatures.TARGET, signatures.ALPHA])
+    @tf.function(autograph=False, input_signature=[signatures.SOURCE, signatures.TARGET, signatures.ALPHA])
     def score(self, source: tf.Tensor, target: tf.Tensor, alpha=-1.0) -> dict:
         """[B] source and target strings -> scoring.score_pairs' figures, [B] each:
         log_prob, tokens (target tokens with EOS), log_prob_per_token, score. Sources
@@ -254,14 +254,14 @@ class Translator(tf.Module):
         return self.score_ids(self.source_ids(source), target_ids,
                               alpha)
 
-    @tf.function(input_signature=[signatures.IDS, signatures.TARGET_IDS, signatures.ALPHA])
+    @tf.function(autograph=False, input_signature=[signatures.IDS, signatures.TARGET_IDS, signatures.ALPHA])
     def score_ids(self, source_ids: tf.Tensor, target_ids: tf.Tensor, alpha=-1.0) -> dict:
         """source_ids int32 [B, S] (as translate_ids takes them), target_ids int32 [B, T]
         (tokens, then EOS or PAD: translate_ids' ids are taken as they are) -> `score`'s."""
         return scoring.score_pairs(self.model, source_ids, target_ids, self._alpha(alpha),
                                    self.max_target_length)
 
-    @tf.function(input_signature=[signatures.TEXT, signatures.TOPK, signatures.TOPP,
+    @tf.function(autograph=False, input_signature=[signatures.TEXT, signatures.TOPK, signatures.TOPP,
                                   signatures.TEMPERATURE, signatures.SEED])
     def sample(self, text: tf.Tensor, sampling_topk=0, sampling_topp=0.0,
                sampling_temperature=0.0, seed=0) -> dict:
@@ -278,7 +278,7 @@ class Translator(tf.Module):
         strings, scores, lengths = self._texts(tokens, result, nbest=1)
         return {"translation": strings[:, 0], "score": scores[:, 0], "length": lengths[:, 0]}
 
-    @tf.function(input_signature=[signatures.TEXT, signatures.ALPHA, signatures.EXTRA])
+    @tf.function(autograph=False, input_signature=[signatures.TEXT, signatures.ALPHA, signatures.EXTRA])
     def translate_with_alignments(self, text: tf.Tensor, alpha=-1.0, extra_length=-1) -> dict:
         """`translate`'s outputs for the best hypothesis and its alignment:
         {"translation", "translation_unk_replaced" (alignments.py) [B] strings, "score",
@@ -293,7 +293,7 @@ class Translator(tf.Module):
                 "alignment": out["alignments"][:, 0], "target_tokens": out["target_tokens"][:, 0],
                 "source_length": out["source_lengths"]}
 
-    @tf.function(input_signature=[signatures.TEXT, signatures.ALPHA, signatures.EXTRA])
+    @tf.function(autograph=False, input_signature=[signatures.TEXT, signatures.ALPHA, signatures.EXTRA])
     def translate_nbest_with_alignments(self, text: tf.Tensor, alpha=-1.0,
                                         extra_length=-1) -> dict:
         """translate_with_alignments for the nbest hypotheses: "translations",

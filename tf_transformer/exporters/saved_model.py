@@ -104,42 +104,42 @@ class ServingModule(tf.Module):
     def translator(self) -> Translator:
         return self._translator.value
 
-    @tf.function(input_signature=[signatures.TEXT])
+    @tf.function(autograph=False, input_signature=[signatures.TEXT])
     def serve(self, text):
         out = self.translator.translate(text)
         return {"translation": out["translation"], "score": out["score"]}
 
-    @tf.function(input_signature=[signatures.TEXT, signatures.ALPHA, signatures.EXTRA])
+    @tf.function(autograph=False, input_signature=[signatures.TEXT, signatures.ALPHA, signatures.EXTRA])
     def translate(self, text, alpha=-1.0, extra_length=-1):
         return self.translator.translate(text, alpha, extra_length)
 
-    @tf.function(input_signature=[signatures.TEXT, signatures.ALPHA, signatures.EXTRA])
+    @tf.function(autograph=False, input_signature=[signatures.TEXT, signatures.ALPHA, signatures.EXTRA])
     def translate_nbest(self, text, alpha=-1.0, extra_length=-1):
         return self.translator.translate_nbest(text, alpha, extra_length)
 
-    @tf.function(input_signature=[signatures.IDS, signatures.ALPHA, signatures.EXTRA])
+    @tf.function(autograph=False, input_signature=[signatures.IDS, signatures.ALPHA, signatures.EXTRA])
     def translate_ids(self, source_ids, alpha=-1.0, extra_length=-1):
         return self.translator.translate_ids(source_ids, alpha, extra_length)
 
-    @tf.function(input_signature=[signatures.TEXT])
+    @tf.function(autograph=False, input_signature=[signatures.TEXT])
     def tokenize(self, text):
         return {"source_ids": self.translator.source_ids(text)}
 
-    @tf.function(input_signature=[signatures.OUT_IDS])
+    @tf.function(autograph=False, input_signature=[signatures.OUT_IDS])
     def detokenize(self, ids):
         return {"text": self.translator.target_tokenizer.detokenize(ids)}
 
-    @tf.function(input_signature=[signatures.SOURCE, signatures.TARGET])
+    @tf.function(autograph=False, input_signature=[signatures.SOURCE, signatures.TARGET])
     def score(self, source, target):
         return self.translator.score(source, target)
 
-    @tf.function(input_signature=[signatures.TEXT, signatures.TOPK, signatures.TOPP,
+    @tf.function(autograph=False, input_signature=[signatures.TEXT, signatures.TOPK, signatures.TOPP,
                                   signatures.TEMPERATURE, signatures.SEED])
     def sample(self, text, sampling_topk, sampling_topp, sampling_temperature, seed):
         return self.translator.sample(text, sampling_topk, sampling_topp, sampling_temperature,
                                       seed)
 
-    @tf.function(input_signature=[signatures.TEXT, signatures.ALPHA, signatures.EXTRA])
+    @tf.function(autograph=False, input_signature=[signatures.TEXT, signatures.ALPHA, signatures.EXTRA])
     def translate_with_alignments(self, text, alpha=-1.0, extra_length=-1):
         return self.translator.translate_with_alignments(text, alpha, extra_length)
 
@@ -152,16 +152,16 @@ class ServingModule(tf.Module):
             "serving_default": self.serve,
             "translate": self.translate,
             "translate_nbest": tf.function(lambda text: self.translate_nbest(text),
-                                           input_signature=[signatures.TEXT]),
+                                           input_signature=[signatures.TEXT], autograph=False),
             "translate_ids": tf.function(lambda source_ids: self.translate_ids(source_ids),
-                                         input_signature=[signatures.IDS]),
+                                         input_signature=[signatures.IDS], autograph=False),
             "tokenize": self.tokenize,
             "detokenize": self.detokenize,
             "score": self.score,
             "sample": self.sample,
             "translate_with_alignments": tf.function(
                 lambda text: self.translate_with_alignments(text),
-                input_signature=[signatures.TEXT]),
+                input_signature=[signatures.TEXT], autograph=False),
         }
 
 

@@ -135,6 +135,7 @@ def pack(source_length: int, target_length: int, chunk_batches: int = CHUNK_BATC
         .map(chunk_pack, num_parallel_calls=AUTOTUNE).unbatch())
 
 
+@tf.autograph.experimental.do_not_convert  # its tf.data functions traced as written
 def make_dataset(corpus: Corpus | StreamedCorpus, tokenizer: Tokenizer,
                  data_config: DataConfig, *, row_length: int | None = None,
                  input_context: tf.distribute.InputContext | None = None,

@@ -21,6 +21,7 @@ from tf_transformer.inputs.pipeline import (AUTOTUNE, TOKENIZE_BATCH, cut, drop_
 from tf_transformer.inputs.tokenizer import Tokenizer, TokenizerPair, sides
 
 
+@tf.autograph.experimental.do_not_convert  # its tf.data functions traced as written
 def make_plain_dataset(corpus: Corpus, tokenizer: Tokenizer | TokenizerPair,
                        data_config: DataConfig,
                        batch_size: int | None = None) -> tf.data.Dataset:
@@ -47,6 +48,7 @@ def make_plain_dataset(corpus: Corpus, tokenizer: Tokenizer | TokenizerPair,
     return dataset.prefetch(AUTOTUNE)
 
 
+@tf.autograph.experimental.do_not_convert  # its tf.data functions traced as written
 def token_lengths(corpus: Corpus, tokenizer: Tokenizer | TokenizerPair
                   ) -> tuple[np.ndarray, np.ndarray]:
     """Tokens per source and per target, without EOS/BOS: int64 [num_pairs] each."""

@@ -46,7 +46,7 @@ class ReplicaGrads:
 
     def __init__(self, trainer):
         self._trainer = trainer
-        self._fn = tf.function(self._grads_of_values, jit_compile=True)
+        self._fn = tf.function(self._grads_of_values, autograph=False, jit_compile=True)
         self._concrete = None
 
     @property
@@ -99,9 +99,9 @@ class CompiledStep:
                 "all-reduce and Adam's update cannot run in XLA under MirroredStrategy; "
                 "use --jit_compile (forward and backward compiled per replica)")
         self._accum = trainer.config.train.accum_steps
-        self._replica = tf.function(trainer._replica_step, jit_compile=True)
+        self._replica = tf.function(trainer._replica_step, autograph=False, jit_compile=True)
 
-        @tf.function  # no reduce_retracing: one trace per concrete shape
+        @tf.function(autograph=False)  # no reduce_retracing: one trace per concrete shape
         def run(batches, flags):
             out = strategy.run(self._replica, args=(batches, flags))
             return {k: strategy.experimental_local_results(v)[0] for k, v in out.items()}

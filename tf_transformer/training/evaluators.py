@@ -32,7 +32,7 @@ def dev_loss_fn(dataset: tf.data.Dataset | Callable[[tf.distribute.InputContext]
     one device's (up to the order of float32 additions).
     """
 
-    @tf.function(reduce_retracing=True)
+    @tf.function(autograph=False, reduce_retracing=True)
     def sums(model, batch):
         logits = model({"source": batch["source"], "target_in": batch["target_in"]}, training=False)
         loss, weights = losses.smoothed_cross_entropy(logits, batch["target_out"], label_smoothing)

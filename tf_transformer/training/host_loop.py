@@ -54,7 +54,7 @@ def make_loop(trainer) -> Callable:
     is never read past the last step). rows [steps run, len(STATS)].
     """
 
-    @tf.function
+    @tf.function(autograph=False)
     def loop(iterator, staged, flags, n, more):
         rows = tf.TensorArray(tf.float32, size=0, dynamic_size=True, element_shape=[len(STATS)])
 

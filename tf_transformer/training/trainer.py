@@ -267,7 +267,7 @@ class Trainer:
             self._step_fn = compiled_step.CompiledStep(self)
         if self._step_fn is None:
             # reduce_retracing: one graph for every bucket shape.
-            @tf.function(reduce_retracing=True)
+            @tf.function(autograph=False, reduce_retracing=True)
             def traced(iterator, flags):
                 return self._run_step(self.staging.fetch(iterator), flags)
 
