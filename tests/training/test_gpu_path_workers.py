@@ -7,7 +7,10 @@
      (steps 4-6 in one call).
 
 B equals A (N steps per call and the saved staged batches change nothing, across
-workers), both stop on the same step, and A's evaluations are one device's.
+workers), both stop on the same step, and A's evaluations are one device's, logged alike
+by both workers with every step's all-reduced loss. (That a stop decided from an
+evaluation, early stop, reaches both workers: it rides the budget flag, whose path
+test_multi_worker.py's time budget proves.)
 """
 
 import os
@@ -108,6 +111,11 @@ def test_evaluations_split_over_workers_are_one_devices(runs, train_tsv, small_t
     model_a, outputs_a, _, _ = runs
     evals = [[l for l in out.splitlines() if l.startswith("eval step=")] for out in outputs_a]
     assert evals[0] == evals[1] and [e.split()[1] for e in evals[0]] == ["step=3", "step=6"]
+    losses = [[l.split()[:2] for l in out.splitlines() if l.startswith("step=")]
+              for out in outputs_a]
+    assert losses[0] == losses[1] and [l[0] for l in losses[0]] == ["step=3", "step=6"]
+    assert os.path.exists(os.path.join(model_a, "best", "best.json"))
+    assert not [d for d in os.listdir(model_a) if d.startswith(".worker_")]
     logged = dict(field.split("=") for field in evals[0][-1].split()[2:])
     loaded = model_dir_lib.load_model(model_a)  # ckpt-6, one device
     config = loaded.config

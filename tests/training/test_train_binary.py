@@ -1,4 +1,4 @@
-"""The training binary end to end: progress lines, SIGTERM, kill -9, multi-worker, refusals.
+"""The training binary end to end: progress lines, SIGTERM, kill -9, refusals.
 
 Each test runs `python -m tf_transformer.train` in a subprocess on a few
 hundred embedded pairs with a 1+1-layer d_model 32 model.
@@ -15,7 +15,6 @@ import tensorflow as tf
 from model_fixtures import REPO_ROOT
 from train_binary_fixtures import (
     start_train,
-    start_workers,
     train_command,
     train_env,
     wait_for_step,
@@ -113,29 +112,6 @@ def test_dev_bleu_best_dir_early_stop_translate_the_best_then_another_preset_is_
                                "--d_model=64"))
     assert other.returncode != 0
     assert "different architecture" in other.stderr
-
-
-def test_multi_worker_workers_agree_and_early_stop_stops_both_at_the_same_step(
-        tmp_path, train_tsv, spm_model_path):
-    """Two workers with dev evaluation and early stop: every step's loss is all-reduced, so
-    the same on both; the stop travels in the step's all-reduce, so both end on one step."""
-    model_dir, processes = start_workers(
-        tmp_path, train_tsv, spm_model_path, "--max_steps=100", "--deterministic",
-        f"--dev_data={train_tsv}", "--dev_bleu_sentences=2", "--checkpoint_steps=1",
-        "--early_stop=1")
-    outputs = [p.communicate(timeout=300)[0] for p in processes]
-    for p, out in zip(processes, outputs):
-        assert p.returncode == 0, out[-3000:]
-    assert "with 2 replicas" in outputs[0]
-    done = [next(l for l in out.splitlines() if l.startswith("done ")) for out in outputs]
-    assert "stopped_by=early_stop" in done[0] and "stopped_by=early_stop" in done[1]
-    assert done[0].split()[1] == done[1].split()[1]  # step=
-    step = int(done[0].split()[1].split("=")[1])
-    losses = [[l.split()[1] for l in out.splitlines() if l.startswith("step=")] for out in outputs]
-    assert step >= 2 and len(losses[0]) == step and losses[0] == losses[1]
-    assert tf.train.latest_checkpoint(model_dir).endswith(f"ckpt-{step}")
-    assert os.path.exists(os.path.join(model_dir, "best", "best.json"))
-    assert not [d for d in os.listdir(model_dir) if d.startswith(".worker_")]
 
 
 RECIPES = {
