@@ -85,4 +85,4 @@ def run():
 
 
 if __name__ == "__main__":
-    app.run(main)
+    run()

@@ -21,13 +21,15 @@ from model_fixtures import REPO_ROOT
 
 
 def _binaries() -> dict[str, str]:
-    """module name -> path of every module under _PACKAGES that calls app.run when run."""
+    """module name -> path of every module under _PACKAGES that calls app.run when run
+    (itself, or through flags.run_binary)."""
     found = {}
     for package in _PACKAGES:
         for name in sorted(os.listdir(os.path.join(REPO_ROOT, package))):
             path = os.path.join(REPO_ROOT, package, name)
             text = open(path, encoding="utf-8").read() if name.endswith(".py") else ""
-            if "app.run(" in text and 'if __name__ == "__main__":' in text:
+            runs = "app.run(" in text or "flags_lib.run_binary(main, __name__)" in text
+            if runs and 'if __name__ == "__main__":' in text:
                 module = package if name == "__main__.py" else f"{package}.{name[:-3]}"
                 found[module] = path
     return found
@@ -38,9 +40,12 @@ BINARIES = _binaries()
 
 # `python -m MODULE --help` (runpy, as -m runs it), then the XML that --helpxml prints, from
 # the same flag registry: one process per binary, so one that imports TensorFlow pays it once.
+# A binary's end (process_defaults.exit_now) is a SystemExit here, so the XML can follow.
 _HELP_AND_XML = """
 import contextlib, io, json, runpy, sys
 from absl import flags
+from tf_transformer import process_defaults
+process_defaults.exit_now = sys.exit
 sys.argv = [sys.argv[1], "--help"]
 out = io.StringIO()
 with contextlib.redirect_stdout(out):

@@ -207,3 +207,29 @@ def test_process_defaults_fill_only_what_the_user_left_unset():
     assert environ == {"TF_ENABLE_ONEDNN_OPTS": "0"}
     empty = {}
     assert process_defaults.apply(empty) == {"TF_ENABLE_ONEDNN_OPTS": "1"} == empty
+
+
+def test_a_finished_binary_exits_without_teardown_but_a_cluster_worker_does_not():
+    """exit_now flushes the streams and logs and skips the interpreter's teardown (an
+    atexit handler, which teardown would run, stays silent); every binary's `python -m`
+    ends through it; with TF_CONFIG set the exit is the normal SystemExit."""
+    code = ("import atexit, sys\n"
+            "from absl import logging\n"
+            "from tf_transformer import process_defaults\n"
+            "atexit.register(lambda: print('teardown'))\n"
+            "print('out', end='')\n"
+            "logging.warning('logged')\n"
+            "process_defaults.exit_now(sys.argv[1] if sys.argv[1] != '3' else 3)\n")
+    env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
+    for argument, status, err in (("3", 3, "logged"), ("a message", 1, "a message")):
+        run = subprocess.run([sys.executable, "-c", code, argument], cwd=REPO_ROOT, env=env,
+                             capture_output=True, text=True)
+        assert (run.returncode, run.stdout) == (status, "out") and err in run.stderr
+    with pytest.raises(SystemExit) as raised:
+        process_defaults.exit_now(4, environ={"TF_CONFIG": "{}"})
+    assert raised.value.code == 4
+    for module in BINARIES:
+        path = os.path.join(REPO_ROOT, *module.split(".")) + ".py"
+        source = open(path, encoding="utf-8").read()
+        assert source.endswith('if __name__ == "__main__":\n    run()\n'), module
+        assert "flags_lib.run_binary(main, __name__)" in source, module

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from absl import app, flags
 
-from tf_transformer import presets
+from tf_transformer import presets, process_defaults
 from tf_transformer.config import CONFIG_FILE, DECODE_DTYPES, Config, DecodeConfig, ModelConfig
 
 if TYPE_CHECKING:  # TensorFlow only once a binary runs (fast --help)
@@ -232,16 +232,20 @@ def fine_tuning_config(source: Config) -> Config:
 
 
 def run_binary(main: Callable, module_name: str) -> None:
-    """app.run(main) for the binary `module_name` started by its console command
-    (pyproject.toml's `tf-transformer-*`): absl's --help prints the docstring and lists
-    the key flags of the `__main__` module (sys.argv[0]), which for a console command is
-    its launcher script, so the binary's are lent to it first. `python -m` needs none of it."""
+    """app.run(main) for the binary `module_name`, run by `python -m` (`module_name`
+    "__main__") or by its console command (pyproject.toml's `tf-transformer-*`), then
+    process_defaults.exit_now. For a console command, absl's --help prints the
+    docstring and lists the key flags of the `__main__` module (sys.argv[0]), its
+    launcher script, so the binary's are lent to it first."""
     if module_name != "__main__":
         for flag in FLAGS.get_key_flags_for_module(module_name):
             FLAGS.register_key_flag_for_module(sys.argv[0], flag)
         launcher = sys.modules["__main__"]
         launcher.__doc__ = launcher.__doc__ or sys.modules[module_name].__doc__
-    app.run(main)
+    try:
+        app.run(main)
+    except SystemExit as done:
+        process_defaults.exit_now(done.code)
 
 
 def with_vocab_size(config: Config, vocab_size: int, source_vocab_size: int | None = None

@@ -1,4 +1,4 @@
-"""The settings a binary gives its process before TensorFlow is imported.
+"""What a binary does to its process: settings before TensorFlow is imported, and its exit.
 
 The library sets nothing at import: a program that imports tf_transformer keeps
 its own environment. Each binary (train, translate, evaluate, average_checkpoints,
@@ -15,12 +15,21 @@ because TensorFlow reads these variables once, at import.
 Whether a GPU is visible is decided here without TensorFlow (it is not imported
 yet): an NVIDIA device node (/dev/nvidia0, ...) and CUDA_VISIBLE_DEVICES not
 hiding every device ("" or -1). A variable the user set is left as it is.
+
+When its main has returned, a binary leaves without the interpreter's teardown
+(`exit_now`): with TensorFlow imported, tearing the interpreter down costs 1.3-1.8 s of
+CPU per process and does nothing a finished binary needs (its files are closed, its
+summaries flushed; the streams and logs are flushed here). A worker of a multi-worker
+cluster (TF_CONFIG set) leaves the normal way: its peers may still be reading its last
+collective messages.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import re
+import sys
 
 DEFAULTS = {"TF_ENABLE_ONEDNN_OPTS": "1"}
 _NVIDIA_DEVICE = re.compile(r"nvidia\d+$")
@@ -48,3 +57,17 @@ def apply(environ=os.environ, gpu: bool | None = None) -> dict[str, str]:
         if name not in environ:
             environ[name] = applied[name] = value
     return applied
+
+
+def exit_now(code, environ=os.environ) -> None:
+    """Ends the process with `code` (a SystemExit code: None, int or message) after
+    flushing the standard streams and every logging handler, skipping the interpreter's
+    teardown; in a multi-worker cluster (TF_CONFIG set) raises SystemExit instead."""
+    if environ.get("TF_CONFIG"):
+        raise SystemExit(code)
+    if isinstance(code, str):
+        print(code, file=sys.stderr)
+    logging.shutdown()  # absl's handler included
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(1 if isinstance(code, str) else code or 0)

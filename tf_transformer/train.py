@@ -190,4 +190,4 @@ def run():
 
 
 if __name__ == "__main__":
-    app.run(main)
+    run()
