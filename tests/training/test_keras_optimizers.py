@@ -73,3 +73,45 @@ def test_a_class_without_the_hook_is_refused():
 
     with pytest.raises(TypeError, match="_all_reduce_sum_gradients"):
         keras_optimizers.pre_reduced(NoHook)
+
+
+def _adam_steps(optimizer_class, strategy, steps=5):
+    """A 3x4 weight and a bias after `steps` pre-reduced Adam updates of a quadratic loss's
+    gradients (the same on every replica); each replica's copy."""
+    rng = np.random.default_rng(0)
+    x = tf.constant(rng.random((2, 3), np.float32))
+    with strategy.scope():
+        weights = [keras.Variable(rng.random((3, 4), np.float32)), keras.Variable(np.ones(4))]
+        optimizer = keras_optimizers.pre_reduced(optimizer_class)(
+            learning_rate=0.01, beta_1=0.9, beta_2=0.98, epsilon=1e-9)
+        optimizer.build(weights)
+
+    def replica_step():
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(tf.square(tf.matmul(x, weights[0]) + weights[1]))
+        optimizer.apply_gradients(zip(tape.gradient(loss, weights), weights))
+
+    step = tf.function(lambda: strategy.run(replica_step), autograph=False)
+    for _ in range(steps):
+        step()
+    assert int(optimizer.iterations.numpy()) == steps
+    return [[c.numpy() for c in strategy.experimental_local_results(w.value)] for w in weights]
+
+
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_the_fused_adam_update_is_keras_adams(replicas):
+    """ResourceApplyAdam's arithmetic is Keras's Adam's: equal weights after 5 steps, on
+    one device and on every copy of two replicas (it reads each device's own slots)."""
+    def strategy():
+        return _mirrored() if replicas == 2 else tf.distribute.OneDeviceStrategy("/cpu:0")
+
+    fused_class = keras_optimizers.fused_adam()
+    assert issubclass(fused_class, keras.optimizers.Adam)
+    keras_weights = _adam_steps(keras.optimizers.Adam, strategy())
+    fused_weights = _adam_steps(fused_class, strategy())
+    for keras_copies, fused_copies in zip(keras_weights, fused_weights):
+        assert len(fused_copies) == replicas
+        for copy in fused_copies:
+            np.testing.assert_allclose(copy, keras_copies[0], rtol=1e-6, atol=1e-7)
+    moved = np.abs(fused_weights[0][0] - _adam_steps(fused_class, strategy(), steps=4)[0][0])
+    assert moved.max() > 1e-3  # a step moves the weights: the comparison is not vacuous

@@ -34,8 +34,9 @@ def make_optimizer(train: TrainConfig, d_model: int, pre_reduced: bool = False):
 
     `pre_reduced`: for gradients the trainer has already all-reduced
     (keras_optimizers.pre_reduced: Adam does not sum them over replicas again)."""
-    adam = keras_optimizers.pre_reduced(keras.optimizers.Adam) if pre_reduced else \
-        keras.optimizers.Adam
+    adam = keras_optimizers.fused_adam()  # one kernel per variable's update
+    if pre_reduced:
+        adam = keras_optimizers.pre_reduced(adam)
     return adam(
         learning_rate=WarmupInverseSqrt(d_model, train.warmup_steps, train.learning_rate_scale),
         beta_1=train.adam_beta_1, beta_2=train.adam_beta_2, epsilon=train.adam_epsilon)
