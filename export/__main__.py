@@ -80,7 +80,7 @@ def json_config(config):
 
 
 def run():
-    """The `tf-transformer-export` command (pyproject.toml)."""
+    """`python -m` and the `tf-transformer-export` command (pyproject.toml): main, then a quick exit."""
     flags_lib.run_binary(main, __name__)
 
 

@@ -43,7 +43,7 @@ def main(argv):
 
 
 def run():
-    """The `tf-transformer-average` command (pyproject.toml)."""
+    """`python -m` and the `tf-transformer-average` command (pyproject.toml): main, then a quick exit."""
     flags_lib.run_binary(main, __name__)
 
 

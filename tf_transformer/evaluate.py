@@ -63,7 +63,7 @@ def main(argv):
 
 
 def run():
-    """The `tf-transformer-evaluate` command (pyproject.toml)."""
+    """`python -m` and the `tf-transformer-evaluate` command (pyproject.toml): main, then a quick exit."""
     flags_lib.run_binary(main, __name__)
 
 

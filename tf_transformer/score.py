@@ -53,7 +53,7 @@ def main(argv):
 
 
 def run():
-    """The `tf-transformer-score` command (pyproject.toml)."""
+    """`python -m` and the `tf-transformer-score` command (pyproject.toml): main, then a quick exit."""
     flags_lib.run_binary(main, __name__)
 
 

@@ -185,7 +185,7 @@ def print_progress(line: str) -> None:
 
 
 def run():
-    """The `tf-transformer-train` command (pyproject.toml)."""
+    """`python -m` and the `tf-transformer-train` command (pyproject.toml): main, then a quick exit."""
     flags_lib.run_binary(main, __name__)
 
 

@@ -103,7 +103,7 @@ def main(argv):
 
 
 def run():
-    """The `tf-transformer-translate` command (pyproject.toml)."""
+    """`python -m` and the `tf-transformer-translate` command (pyproject.toml): main, then a quick exit."""
     flags_lib.run_binary(main, __name__)
 
 
