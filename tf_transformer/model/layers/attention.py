@@ -21,6 +21,7 @@ from tf_transformer.model import kernels as kernels_lib
 from tf_transformer.model import shapes
 from tf_transformer.model.cache import SelfAttentionCache
 from tf_transformer.model.kernels import Kernels
+from tf_transformer.model.layers.dropout import Dropout
 from tf_transformer.model.layers.linear import linear
 
 
@@ -51,7 +52,7 @@ class _Attention(keras.layers.Layer):
         self.d_k = d_k
         self.d_v = d_v
         self.attention_dropout = attention_dropout
-        self.weights_dropout = keras.layers.Dropout(attention_dropout, dtype=self.dtype_policy)
+        self.weights_dropout = Dropout(attention_dropout, dtype=self.dtype_policy)
 
     def _kernel(self, name: str, fan_out: int, width: int):
         """A [d_model, width] kernel and its bias (Glorot limits of fan_out)."""

@@ -13,6 +13,7 @@ import tensorflow as tf
 
 from tf_transformer.model import kernels as kernels_lib
 from tf_transformer.model import shapes
+from tf_transformer.model.layers.dropout import Dropout
 
 
 @keras.saving.register_keras_serializable(package="tf_transformer")
@@ -66,7 +67,7 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         else:
             self.position_encoding = LearnedPositions(
                 max_positions, d_model, name="position_encoding", dtype="float32")
-        self.embedding_dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
+        self.embedding_dropout = Dropout(dropout, dtype=self.dtype_policy)
 
     def build(self, input_shape=None):
         self.token_embedding.build((None, None))

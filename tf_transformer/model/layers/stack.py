@@ -3,6 +3,8 @@ and N such layers as a stack."""
 
 import keras
 
+from tf_transformer.model.layers.dropout import Dropout
+
 
 class TransformerLayer(keras.layers.Layer):
     """Arguments and residual shared by EncoderLayer and DecoderLayer.
@@ -23,9 +25,9 @@ class TransformerLayer(keras.layers.Layer):
         self.dropout, self.attention_dropout = dropout, attention_dropout
         self.pre_norm, self.layer_norm_epsilon = pre_norm, layer_norm_epsilon
 
-    def sublayer_dropout(self) -> keras.layers.Dropout:
+    def sublayer_dropout(self) -> Dropout:
         """P_drop on a sub-layer's output (section 5.4)."""
-        return keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
+        return Dropout(self.dropout, dtype=self.dtype_policy)
 
     def norm(self, name: str) -> keras.layers.LayerNormalization:
         return keras.layers.LayerNormalization(epsilon=self.layer_norm_epsilon, name=name,
