@@ -35,6 +35,15 @@ def test_inference_is_the_identity_and_the_gradient_is_the_mask():
     np.testing.assert_allclose(y.numpy(), np.where(kept, x.numpy() * 2.0, 0.0), rtol=1e-6)
 
 
+@pytest.mark.parametrize("last_axis", [1024, 1023], ids=["paired_draws", "one_draw_each"])
+def test_both_draws_drop_p_drop_independently_per_element(last_axis):
+    out = Dropout(0.5, seed=7)(tf.ones([ELEMENTS // last_axis, last_axis]), training=True)
+    kept = out.numpy()[:, :last_axis // 2 * 2] != 0
+    assert kept.mean() == pytest.approx(0.5, abs=1e-3)
+    # Neighbours (which may share one 32-bit draw) are independent: both kept a quarter.
+    assert np.mean(kept[:, 0::2] & kept[:, 1::2]) == pytest.approx(0.25, abs=1e-3)
+
+
 def test_a_seed_draw_decides_the_mask():
     one, two = Dropout(0.3, seed=5), Dropout(0.3, seed=5)
     x = tf.ones([16, 64])
