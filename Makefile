@@ -18,11 +18,13 @@ venv: $(VENV)/.installed
 demo: venv
 	bash data/demo.sh
 
+# Three processes on two cores: a test often waits on processes it started; the longest
+# files go first (tests/conftest.py) so that the three end together.
 test: venv
-	$(PY) -m pytest -q -n 2 --dist loadfile -m "not recipes" tests
+	$(PY) -m pytest -q -n 3 --dist loadfile --no-loadscope-reorder -m "not recipes" tests
 
 test-fast: venv
-	$(PY) -m pytest -q -n 2 --dist loadfile -m "not slow and not recipes" tests
+	$(PY) -m pytest -q -n 3 --dist loadfile --no-loadscope-reorder -m "not slow and not recipes" tests
 
 # The four WMT14 recipes trained, averaged, translated, evaluated and exported on TFDS mock
 # data, at a tiny width and at their own sizes (tens of minutes on a CPU).

@@ -94,3 +94,35 @@ def tiny_model_dir(tmp_path_factory, spm_model_path):
     with open(spm_model_path, "rb") as f:
         proto = f.read()
     return make_model_dir(str(tmp_path_factory.mktemp("model") / "tiny"), proto, steps=0, seed=1)
+
+
+# --- The order in which `make test`'s workers take the files (--dist loadfile).
+# Each worker takes the next file when it finishes one, in collection order
+# (--no-loadscope-reorder), so the longest go first and the workers end together;
+# collected last, one of them ran alone for its last 1.5 minutes. The longest files of
+# the suite's runs (bench/results/tests.md), longest first; the rest keep their order.
+LONGEST_FILES_FIRST = (
+    "test_recipes.py",
+    "test_gpu_path_workers.py",
+    "test_train_binary.py",
+    "test_bfloat16_export.py",
+    "test_saved_model.py",
+    "test_trainer_compiled.py",
+    "test_ctranslate2.py",
+    "test_unseen_characters.py",
+    "test_export_processes.py",
+    "test_translator.py",
+    "test_multi_worker.py",
+    "test_host_loop.py",
+    "test_trainer.py",
+    "test_fine_tuning.py",
+    "test_separate_vocabularies.py",
+)
+
+
+def pytest_collection_modifyitems(items):
+    def rank(item):
+        name = item.path.name
+        return LONGEST_FILES_FIRST.index(name) if name in LONGEST_FILES_FIRST else len(
+            LONGEST_FILES_FIRST)
+    items.sort(key=rank)  # stable: within a file, and among the rest, the collected order
