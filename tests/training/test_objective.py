@@ -14,10 +14,16 @@ from tf_transformer.model import build_model
 from tf_transformer.training import losses, schedule
 
 
-def test_label_smoothing_equals_hand_computation():
+LOSSES = pytest.mark.parametrize(
+    "loss_fn", [losses.smoothed_cross_entropy, losses.compiled_smoothed_cross_entropy],
+    ids=["kernel", "compiled"])
+
+
+@LOSSES
+def test_label_smoothing_equals_hand_computation(loss_fn):
     logits = tf.constant([[[2.0, 1.0, 0.0, -1.0], [0.5, 0.5, 0.5, 0.5]]])
     labels = tf.constant([[1, 0]])  # the second position is padding
-    loss, weights = losses.smoothed_cross_entropy(logits, labels, 0.1)
+    loss, weights = loss_fn(logits, labels, 0.1)
     p = np.exp([2.0, 1.0, 0.0, -1.0]) / np.exp([2.0, 1.0, 0.0, -1.0]).sum()
     target = np.array([0.1 / 3, 0.9, 0.1 / 3, 0.1 / 3])
     expected = -(target * np.log(p)).sum()
@@ -36,18 +42,20 @@ def _loss_and_grad(loss_fn, logits, labels, eps):
     return loss, weights, tape.gradient(total, logits)
 
 
+@LOSSES
 @pytest.mark.parametrize("eps", [0.0, 0.1, 0.3])
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
-def test_fused_loss_equals_gathered_loss(eps, dtype):
-    """The fused kernel against the gather formula it replaced: values, weights and
-    gradients (a non-uniform upstream gradient), PAD labels and PAD as a gold-less
-    column included, in the compute dtypes of mixed precision."""
+def test_fused_loss_equals_gathered_loss(eps, dtype, loss_fn):
+    """The fused kernel (evaluation) and the compiled loss (training) against the gather
+    formula the first replaced: values, weights and gradients (a non-uniform upstream
+    gradient), PAD labels and PAD as a gold-less column included, in the compute dtypes
+    of mixed precision."""
     rng = np.random.default_rng(int(eps * 10))
     logits = tf.cast(tf.constant(rng.normal(scale=4.0, size=(3, 7, 50)), tf.float32), dtype)
     labels = rng.integers(0, 50, size=(3, 7))
     labels[:, -2:] = PAD_ID
     labels = tf.constant(labels, tf.int32)
-    fused = _loss_and_grad(losses.smoothed_cross_entropy, logits, labels, eps)
+    fused = _loss_and_grad(loss_fn, logits, labels, eps)
     gathered = _loss_and_grad(gathered_cross_entropy, logits, labels, eps)
     assert fused[0].dtype == tf.float32 and fused[2].dtype == logits.dtype
     np.testing.assert_allclose(fused[0].numpy(), gathered[0].numpy(), rtol=2e-6, atol=2e-6)
@@ -59,14 +67,15 @@ def test_fused_loss_equals_gathered_loss(eps, dtype):
     assert not np.any(tf.cast(fused[2], tf.float32).numpy()[:, -2:])  # PAD rows: no gradient
 
 
-def test_fused_loss_compiles_with_xla():
-    """--jit_compile keeps every position: the fused loss must compile, same values."""
+@LOSSES
+def test_fused_loss_compiles_with_xla(loss_fn):
+    """--jit_compile keeps every position: the loss must compile, same values."""
     rng = np.random.default_rng(3)
     logits = tf.constant(rng.normal(size=(2, 5, 30)), tf.float32)
     labels = tf.constant(rng.integers(0, 30, size=(2, 5)), tf.int32)
-    graph = _loss_and_grad(losses.smoothed_cross_entropy, logits, labels, 0.1)
+    graph = _loss_and_grad(loss_fn, logits, labels, 0.1)
     compiled = tf.function(_loss_and_grad, autograph=False, jit_compile=True)(
-        losses.smoothed_cross_entropy, logits, labels, 0.1)
+        loss_fn, logits, labels, 0.1)
     for a, b in zip(graph, compiled):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6)
 

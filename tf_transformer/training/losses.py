@@ -32,6 +32,47 @@ def smoothed_cross_entropy(logits: tf.Tensor, labels: tf.Tensor, label_smoothing
     return loss * weights, weights
 
 
+@tf.function(jit_compile=True, autograph=False)
+def _loss_and_logits_gradient(logits, labels, label_smoothing):
+    """smoothed_cross_entropy's loss (unweighted) and its gradient with respect to the
+    logits, in the logits' dtype: one XLA program, which reads the logits twice and
+    writes the gradient once."""
+    z = tf.cast(logits, tf.float32)
+    vocab = tf.shape(z)[-1]
+    low = label_smoothing / tf.cast(vocab - 1, tf.float32)
+    target = tf.one_hot(labels, vocab, on_value=1.0 - label_smoothing, off_value=low)
+    shifted = z - tf.reduce_max(z, axis=-1, keepdims=True)
+    exp = tf.exp(shifted)
+    total = tf.reduce_sum(exp, axis=-1, keepdims=True)
+    loss = tf.reduce_sum(target * (tf.math.log(total) - shifted), axis=-1)
+    return loss, tf.cast(exp / total - target, logits.dtype)
+
+
+def compiled_smoothed_cross_entropy(logits: tf.Tensor, labels: tf.Tensor,
+                                    label_smoothing: float):
+    """smoothed_cross_entropy's contract and values, for training: the loss and its
+    gradient come from one XLA program (the statistics in float32), and the backward
+    pass is one multiply in the logits' dtype.
+
+    TensorFlow's fused kernel runs as half a dozen passes over [tokens, vocab] in
+    float32 (the cast logits, the one-hot target, its gradient, the upstream
+    multiply, the cast back to bfloat16); here they are fused. XLA compiles once per
+    shape: callers with a data-dependent token count pad it to a few sizes
+    (trainer.py). The upstream gradient is rounded to the logits' dtype (the
+    trainer's, a power-of-two loss scale times 0 or 1, is exact in bfloat16)."""
+    @tf.custom_gradient
+    def loss_of(logits):
+        loss, gradient = _loss_and_logits_gradient(
+            logits, labels, tf.constant(label_smoothing, tf.float32))
+
+        def backward(upstream):
+            return gradient * tf.cast(upstream[..., None], gradient.dtype)
+        return loss, backward
+
+    weights = tf.cast(tf.not_equal(labels, PAD_ID), tf.float32)
+    return loss_of(logits) * weights, weights
+
+
 def loss_floor(vocab_size: int, label_smoothing: float) -> float:
     """The smallest possible value: the entropy of the smoothed target distribution."""
     import math
