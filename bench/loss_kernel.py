@@ -1,13 +1,16 @@
-"""The label-smoothed loss, old (gather) against new (fused), forward + backward.
+"""The label-smoothed loss, old (gather) against new (fused kernel) and compiled (one
+XLA program, training's), forward + backward.
 
   python -m bench.loss_kernel [--preset=small] [--tokens=7000] [--repeats=20]
+      [--dtype=float32|bfloat16]
 
 Times one training-step slice on the preset's shapes: the tied output
 projection [tokens, d_model] x [d_model, vocab], the loss, and the gradients of
 the summed loss with respect to the states and the embedding; and the loss
 alone (gradient with respect to the logits). Old and new run alternately in the
-same process, so their ratio holds on a loaded machine. Also prints each
-version's op profile (milliseconds by op type, largest first) of the loss alone.
+same process, so their ratio holds on a loaded machine; --dtype is the logits' and
+the projection's (bfloat16: a mixed_bfloat16 step's). Also prints the old and new
+versions' op profile (milliseconds by op type, largest first) of the loss alone.
 """
 
 import collections
@@ -24,6 +27,7 @@ def _define_flags():
     flags.DEFINE_integer("tokens", 7000, "Non-pad target tokens (the small protocol's ~7,100).")
     flags.DEFINE_integer("repeats", 20, "Timed runs per version (median).")
     flags.DEFINE_float("label_smoothing", 0.1, "eps.")
+    flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"], "Logits' dtype.")
 
 
 def gathered_cross_entropy(logits, labels, label_smoothing: float):
@@ -89,10 +93,11 @@ def main(argv):
     model = presets.get_preset(FLAGS.preset).model
     n, d, v = FLAGS.tokens, model.d_model, model.vocab_size
     rng = np.random.default_rng(0)
-    states = tf.constant(rng.normal(size=(n, d)), tf.float32)
-    embedding = tf.Variable(rng.normal(scale=d ** -0.5, size=(v, d)), dtype=tf.float32)
+    dtype = tf.as_dtype(FLAGS.dtype)
+    states = tf.constant(rng.normal(size=(n, d)), dtype)
+    embedding = tf.Variable(rng.normal(scale=d ** -0.5, size=(v, d)), dtype=dtype)
     labels = tf.constant(rng.integers(1, v, size=n), tf.int32)
-    logits = tf.constant(rng.normal(size=(n, v)), tf.float32)
+    logits = tf.constant(rng.normal(size=(n, v)), dtype)
     eps = FLAGS.label_smoothing
 
     def with_projection(loss_fn):
@@ -114,7 +119,8 @@ def main(argv):
             return loss, tape.gradient(loss, logits)
         return step
 
-    versions = {"old": gathered_cross_entropy, "new": losses.smoothed_cross_entropy}
+    versions = {"old": gathered_cross_entropy, "new": losses.smoothed_cross_entropy,
+                "compiled": losses.compiled_smoothed_cross_entropy}
     for name, (make, args) in {"loss_only": (loss_only, (logits, labels)),
                                "projection_and_loss": (with_projection, (states, labels))}.items():
         fns = {k: make(f) for k, f in versions.items()}
@@ -125,10 +131,12 @@ def main(argv):
             for k, fn in fns.items():  # alternate, so load hits both alike
                 times[k].append(_seconds(fn, args))
         ms = {k: 1000 * float(np.median(t)) for k, t in times.items()}
-        print(f"loss_kernel {name} tokens={n} vocab={v} d_model={d} forward_backward_ms: "
-              f"old={ms['old']:.1f} new={ms['new']:.1f} speedup={ms['old'] / ms['new']:.2f}")
-    for k, fn in versions.items():
-        profile = _op_profile(fn, logits, labels, eps)
+        print(f"loss_kernel {name} tokens={n} vocab={v} d_model={d} dtype={FLAGS.dtype} "
+              f"forward_backward_ms: old={ms['old']:.1f} new={ms['new']:.1f} "
+              f"compiled={ms['compiled']:.1f} speedup={ms['old'] / ms['new']:.2f} "
+              f"compiled_vs_new={ms['new'] / ms['compiled']:.2f}")
+    for k in ("old", "new"):
+        profile = _op_profile(versions[k], tf.cast(logits, tf.float32), labels, eps)
         top = ", ".join(f"{t} {ms:.0f}" for t, ms in profile.most_common(8))
         print(f"  profile {k} loss_only ms: total {sum(profile.values()):.0f}: {top}")
 
