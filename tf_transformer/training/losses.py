@@ -23,13 +23,21 @@ def smoothed_cross_entropy(logits: tf.Tensor, labels: tf.Tensor, label_smoothing
       (loss [...] float32, weights [...] float32 in {0, 1}).
     """
     logits = tf.cast(logits, tf.float32)
-    vocab = tf.shape(logits)[-1]
-    low = label_smoothing / tf.cast(vocab - 1, tf.float32)
-    target = tf.stop_gradient(tf.one_hot(labels, vocab, on_value=1.0 - label_smoothing,
-                                         off_value=low, dtype=tf.float32))
+    target = tf.stop_gradient(_smoothed_target(labels, tf.shape(logits)[-1], label_smoothing))
     loss = tf.nn.softmax_cross_entropy_with_logits(labels=target, logits=logits)
-    weights = tf.cast(tf.not_equal(labels, PAD_ID), tf.float32)
+    weights = _non_pad_weights(labels)
     return loss * weights, weights
+
+
+def _smoothed_target(labels, vocab, label_smoothing):
+    """[..., vocab] float32: 1 - eps on the label, eps / (V - 1) everywhere else."""
+    low = label_smoothing / tf.cast(vocab - 1, tf.float32)
+    return tf.one_hot(labels, vocab, on_value=1.0 - label_smoothing, off_value=low,
+                      dtype=tf.float32)
+
+
+def _non_pad_weights(labels):
+    return tf.cast(tf.not_equal(labels, PAD_ID), tf.float32)
 
 
 @tf.function(jit_compile=True, autograph=False)
@@ -38,9 +46,7 @@ def _loss_and_logits_gradient(logits, labels, label_smoothing):
     logits, in the logits' dtype: one XLA program, which reads the logits twice and
     writes the gradient once."""
     z = tf.cast(logits, tf.float32)
-    vocab = tf.shape(z)[-1]
-    low = label_smoothing / tf.cast(vocab - 1, tf.float32)
-    target = tf.one_hot(labels, vocab, on_value=1.0 - label_smoothing, off_value=low)
+    target = _smoothed_target(labels, tf.shape(z)[-1], label_smoothing)
     shifted = z - tf.reduce_max(z, axis=-1, keepdims=True)
     exp = tf.exp(shifted)
     total = tf.reduce_sum(exp, axis=-1, keepdims=True)
@@ -69,7 +75,7 @@ def compiled_smoothed_cross_entropy(logits: tf.Tensor, labels: tf.Tensor,
             return gradient * tf.cast(upstream[..., None], gradient.dtype)
         return loss, backward
 
-    weights = tf.cast(tf.not_equal(labels, PAD_ID), tf.float32)
+    weights = _non_pad_weights(labels)
     return loss_of(logits) * weights, weights
 
 

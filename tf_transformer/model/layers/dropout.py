@@ -21,7 +21,8 @@ class Dropout(keras.layers.Dropout):
     (bfloat16 holds 1 / 0.9 as 1.109375, 0.16% low; float16 and float32 within 0.03%).
 
     The seed is drawn from the layer's SeedGenerator as Keras's Dropout draws
-    it (training/seeds.py redirects those draws per step and replica).
+    it (training/seeds.py redirects those draws per step and replica). A
+    `noise_shape` (the model sets none) keeps Keras's own draw.
     """
 
     def call(self, inputs, training=False):
