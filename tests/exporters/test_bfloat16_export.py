@@ -69,6 +69,18 @@ def test_a_step_runs_every_product_on_onednn(bf16_translator):
     assert {"MatMul", "BatchMatMulV2"} <= types and "BatchMatMulV3" not in types
 
 
+def test_a_step_attends_over_a_memory_padded_to_16_positions(bf16_translator):
+    """oneDNN builds and keeps a kernel per product shape: sources of 2 to 16 tokens
+    give the step's cross attention one memory width; a search with alignments keeps
+    the source's own width."""
+    search = bf16_translator.model_search
+    widths = {search.initial_cache(tf.constant([[5] * n + [3]]), 4).memory_keys[0].shape[2]
+              for n in range(1, 16)}
+    assert widths == {16}
+    aligned = search.initial_cache(tf.constant([[5, 6, 3]]), 4, aligned=True)
+    assert aligned.memory_keys[0].shape[2] == aligned.memory_bias.shape[-1] == 3
+
+
 @pytest.mark.slow
 def test_export_holds_bfloat16_variables_and_serves_in_a_clean_process(
         bf16_exported, bf16_translator, translator, tmp_path):

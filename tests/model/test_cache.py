@@ -31,21 +31,26 @@ def _full(model, source, target):
 @pytest.mark.parametrize("overrides", [
     {}, {"pre_norm": True}, {"positions": "learned"}, {"d_k": 8, "d_v": 12},
     {"transpose_output": False}, {"table_positions": 9},
-    {"table_positions": 9, "positions": "learned"}])
+    {"table_positions": 9, "positions": "learned"}, {"memory_multiple": 16}])
 def test_cached_decoding_equals_full_pass(overrides, kind):
     """Also with the output table read through transpose_b (XLA's search) instead of
-    transposed once per search, and with the position vectors made once per search
-    (`table_positions`, graph mode) instead of at each step."""
+    transposed once per search, with the position vectors made once per search
+    (`table_positions`, graph mode) instead of at each step, and with the memory padded
+    and masked to 16 positions (a bfloat16 step's `memory_multiple`)."""
     overrides = dict(overrides)
     transpose_output = overrides.pop("transpose_output", True)
     table_positions = overrides.pop("table_positions", 0)
+    memory_multiple = overrides.pop("memory_multiple", 1)
     model = build_model(TINY.__class__(**{**TINY.__dict__, **overrides}))
     source, target = _batch()
     state = model.initial_cache(model.encode(source), source, KINDS[kind](8), transpose_output,
-                                positions=tf.constant(table_positions) if table_positions else 0)
+                                positions=tf.constant(table_positions) if table_positions else 0,
+                                memory_multiple=memory_multiple)
     assert (state.output_table.shape == (32, 40)) if transpose_output else state.output_table == ()
     if table_positions:
         assert state.position_table.shape == (9, 32)
+    width = 16 if memory_multiple == 16 else 7  # the source's 7 positions, padded
+    assert state.memory_keys[0].shape[2] == state.memory_bias.shape[-1] == width
     steps = []
     for step in range(8):
         logits, state = model.decode_step(target, tf.constant(step), state)

@@ -87,21 +87,25 @@ class ModelSearch:
         source's S positions."""
         search = self.beam_search(source_ids, alpha, extra_length, nbest,
                                   alignments=alignments)
-        cache = self._initial_cache(source_ids, search.max_decode_length)
+        cache = self.initial_cache(source_ids, search.max_decode_length, aligned=alignments)
         return search.finish(search.advance(search.start(cache)))
 
     def sample(self, source_ids, alpha, extra_length, topk, topp, temperature,
                seed) -> BeamSearchResult:
         """One output per source drawn by search/sampling.py (graph mode), nbest 1."""
         max_lengths = self.max_lengths(source_ids, extra_length)
-        cache = self._initial_cache(source_ids, tf.maximum(tf.reduce_max(max_lengths), 1))
+        cache = self.initial_cache(source_ids, tf.maximum(tf.reduce_max(max_lengths), 1))
         return sampling.sample(self.step_fn(), cache, vocab_size=self.model.vocab_size,
                                max_lengths=max_lengths, seed=seed, topk=topk, topp=topp,
                                temperature=temperature, alpha=alpha,
                                never_ids=self.never_ids)
 
-    def _initial_cache(self, source_ids, positions):
+    def initial_cache(self, source_ids, positions, aligned: bool = False):
+        """The batch's decoding cache for `positions` steps: encoded and projected on
+        the encoding kernels, the memory padded to the step's memory_multiple
+        positions (not when `aligned`: alignments span the source's own positions)."""
         encoding = self.kernels.encoding
         memory = self.model.encode(source_ids, training=False, kernels=encoding)
-        return self.model.initial_cache(memory, source_ids, positions=positions,
-                                        kernels=encoding)
+        return self.model.initial_cache(
+            memory, source_ids, positions=positions, kernels=encoding,
+            memory_multiple=1 if aligned else self.kernels.step.memory_multiple)

@@ -17,7 +17,8 @@ explicitly (no module state):
             step as the cache grows and sentences leave) on Eigen, and its
             softmax as exp(log_softmax) (LogSoftmax has no oneDNN kernel either).
   BFLOAT16_STEP  a bfloat16 model's step: its products on oneDNN, the only
-            kernels that run bfloat16 on the CPU's matrix units.
+            kernels that run bfloat16 on the CPU's matrix units, over an
+            encoder memory padded to a multiple of 16 positions.
 
 `for_inference(dtype)` gives a Translator its encoding and step policies.
 
@@ -63,11 +64,15 @@ class Kernels:
     projection: the 2-D products x W of `linear` (projections, FFN, output layer).
     attention: Q K^T and weights V.
     softmax: the attention weights' softmax (float32 logits in, float32 out).
+    memory_multiple: a decoding step's projected encoder memory is padded (masked)
+      to a multiple of this many positions, so its cross-attention products take
+      one shape per this many source widths (Transformer.initial_cache).
     """
 
     projection: Product = onednn_matmul
     attention: Product = onednn_matmul
     softmax: Callable[[tf.Tensor], tf.Tensor] = tf.nn.softmax
+    memory_multiple: int = 1
 
 
 TRAINING = Kernels()
@@ -75,8 +80,10 @@ ENCODING = Kernels(projection=eigen_matmul)
 STEP = Kernels(projection=eigen_matmul, attention=eigen_matmul, softmax=exp_log_softmax)
 # bfloat16 inference: Eigen's bfloat16 products run without the CPU's matrix units
 # (BatchMatMulV3 in bfloat16 is several times slower than oneDNN's, which uses AMX),
-# so every product goes to oneDNN, whatever its shape.
-BFLOAT16_STEP = Kernels(softmax=exp_log_softmax)
+# so every product goes to oneDNN, whatever its shape. oneDNN builds and keeps a
+# kernel per shape: the memory is padded to 16 positions, so a new source width
+# rarely brings a new cross-attention shape (float32 attends on Eigen: no padding).
+BFLOAT16_STEP = Kernels(softmax=exp_log_softmax, memory_multiple=16)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -23,7 +23,7 @@ import dataclasses
 import keras
 import tensorflow as tf
 
-from tf_transformer.config import ModelConfig
+from tf_transformer.config import PAD_ID, ModelConfig
 from tf_transformer.model import cache as caches
 from tf_transformer.model import kernels as kernels_lib
 from tf_transformer.model import masks
@@ -141,7 +141,8 @@ class Transformer(keras.Model):
     # -- incremental decoding ------------------------------------------------
     def initial_cache(self, memory, source, empty: caches.EmptyCache = caches.chunked(),
                       transpose_output: bool = True, positions=0,
-                      kernels: kernels_lib.Kernels = kernels_lib.TRAINING) -> DecoderCache:
+                      kernels: kernels_lib.Kernels = kernels_lib.TRAINING,
+                      memory_multiple: int = 1) -> DecoderCache:
         """The decoding cache of a batch: memory [batch, S, d_model], source [batch, S] ids.
 
         Memory keys/values are projected here, once per sentence. `empty` makes
@@ -156,16 +157,26 @@ class Transformer(keras.Model):
         most max_positions): the position vectors of decoding steps
         0..positions-1 are made here, once, and a step reads its row (graph
         mode; 0: each step makes its own, which XLA fuses). `kernels` run the
-        memory's projections.
+        memory's projections. `memory_multiple` > 1: the projected memory and its
+        bias are padded, masked, to a multiple of that many positions (the step's
+        Kernels.memory_multiple).
         """
         batch = tf.shape(memory)[0]
+        pad = (-tf.shape(source)[1]) % memory_multiple if memory_multiple > 1 else 0
+
+        def padded(x, axis, value=0):  # x with `pad` positions more on `axis`
+            if memory_multiple == 1:
+                return x
+            paddings = [[0, pad if i == axis else 0] for i in range(len(x.shape))]
+            return tf.pad(x, paddings, constant_values=value)
+
         self_caches, keys, values = [], [], []
         for layer in self.decoder.layers:
             k, v = layer.cross_attention.project_memory(memory, kernels)
-            keys.append(k)
-            values.append(v)
+            keys.append(padded(k, axis=2))
+            values.append(padded(v, axis=2))
             self_caches.append(empty(batch, self.num_heads, self.d_k, self.d_v, memory.dtype))
-        bias = masks.attention_bias(masks.padding_mask(source))
+        bias = masks.attention_bias(masks.padding_mask(padded(source, axis=1, value=PAD_ID)))
         table = (self.target_embedding.output_table(memory.dtype) if transpose_output
                  else caches.NOT_MADE)
         position_table = caches.NOT_MADE
