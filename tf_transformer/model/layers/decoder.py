@@ -105,7 +105,7 @@ class Decoder(LayerStack):
         """[batch, T, d_model] embedded target -> [batch, T, d_model]."""
         for layer in self.layers:
             x = layer(x, memory, self_bias, memory_bias, training=training)
-        return self.normalize_output(x)
+        return self.normalize_output(x, training)
 
     def step(self, x, step, cache: DecoderCache,
              kernels: kernels_lib.Kernels = kernels_lib.STEP, with_attention: bool = False):

@@ -48,4 +48,4 @@ class Encoder(LayerStack):
         """[batch, S, d_model] embedded source -> memory [batch, S, d_model]."""
         for layer in self.layers:
             x = layer(x, bias, training=training, kernels=kernels)
-        return self.normalize_output(x)
+        return self.normalize_output(x, training)

@@ -4,6 +4,7 @@ and N such layers as a stack."""
 import keras
 
 from tf_transformer.model.layers.dropout import Dropout
+from tf_transformer.model.layers.layer_norm import LayerNormalization
 
 
 class TransformerLayer(keras.layers.Layer):
@@ -29,8 +30,8 @@ class TransformerLayer(keras.layers.Layer):
         """P_drop on a sub-layer's output (section 5.4)."""
         return Dropout(self.dropout, dtype=self.dtype_policy)
 
-    def norm(self, name: str) -> keras.layers.LayerNormalization:
-        return keras.layers.LayerNormalization(epsilon=self.layer_norm_epsilon, name=name,
+    def norm(self, name: str) -> LayerNormalization:
+        return LayerNormalization(epsilon=self.layer_norm_epsilon, name=name,
                                                dtype=self.dtype_policy)
 
     def build(self, input_shape=None):
@@ -43,8 +44,8 @@ class TransformerLayer(keras.layers.Layer):
         """The paper's LayerNorm(x + Dropout(Sublayer(x))), or its pre-norm variant
         x + Dropout(Sublayer(LayerNorm(x)))."""
         if self.pre_norm:
-            return x + dropout(sublayer(norm(x)), training=training)
-        return norm(x + dropout(sublayer(x), training=training))
+            return x + dropout(sublayer(norm(x, training=training)), training=training)
+        return norm(x + dropout(sublayer(x), training=training), training=training)
 
     def get_config(self):
         config = super().get_config()
@@ -75,7 +76,7 @@ class LayerStack(keras.layers.Layer):
         for i in range(num_layers):
             setattr(self, f"layer_{i}", self.layer_class(
                 **self.layer_args, name=f"layer_{i}", dtype=self.dtype_policy))
-        self.final_norm = (keras.layers.LayerNormalization(
+        self.final_norm = (LayerNormalization(
             epsilon=layer_norm_epsilon, name="final_norm", dtype=self.dtype_policy)
             if pre_norm else None)
 
@@ -90,8 +91,8 @@ class LayerStack(keras.layers.Layer):
             self.final_norm.build((None, None, self.layer_args["d_model"]))
         self.built = True
 
-    def normalize_output(self, x):
-        return x if self.final_norm is None else self.final_norm(x)
+    def normalize_output(self, x, training=None):
+        return x if self.final_norm is None else self.final_norm(x, training=training)
 
     def get_config(self):
         config = super().get_config()
