@@ -32,7 +32,7 @@ class TransformerLayer(keras.layers.Layer):
 
     def norm(self, name: str) -> LayerNormalization:
         return LayerNormalization(epsilon=self.layer_norm_epsilon, name=name,
-                                               dtype=self.dtype_policy)
+                                  dtype=self.dtype_policy)
 
     def build(self, input_shape=None):
         names = self.SUBLAYERS
