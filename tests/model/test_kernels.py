@@ -113,3 +113,55 @@ def test_distinct_zeros_are_zero_and_never_merged():
     a, b = two(tf.constant([2, 2]))
     np.testing.assert_array_equal(a, [[1, 1], [0, 0]])
     np.testing.assert_array_equal(b, [[0, 0], [0, 0]])
+
+
+def test_training_runs_a_bfloat16_2d_product_on_a_cpu_as_batch_matmul():
+    """A 2-D bfloat16 product on a CPU is BatchMatMulV2 (oneDNN's matmul, which uses the
+    CPU's AMX tiles; the MatMul Grappler fuses with its bias does not), with tf.matmul's
+    values; float32, a GPU's product and a batched one stay tf.matmul's ops."""
+    rng = np.random.default_rng(2)
+    x = tf.constant(rng.normal(size=(6, 8)), tf.bfloat16)
+    y = tf.constant(rng.normal(size=(8, 5)), tf.bfloat16)
+    assert _op_types(kernels.matrix_unit_matmul, x, y) & {"MatMul", "BatchMatMulV2"} == {"BatchMatMulV2"}
+    for adj_y, w in ((False, y), (True, tf.transpose(y))):
+        np.testing.assert_allclose(tf.cast(kernels.matrix_unit_matmul(x, w, adj_y), tf.float32),
+                                   tf.cast(tf.matmul(x, y), tf.float32), rtol=1e-2, atol=1e-2)
+    assert "MatMul" in _op_types(kernels.matrix_unit_matmul, tf.cast(x, tf.float32), tf.cast(y, tf.float32))
+
+    def on_gpu(a, b):
+        with tf.device("/device:GPU:0"):  # traced only: the graph records the device
+            return kernels.matrix_unit_matmul(tf.identity(a), b)
+
+    assert "MatMul" in _op_types(on_gpu, x, y)
+
+
+def test_a_bfloat16_training_pass_has_no_fused_matmul_projections():
+    """Under mixed_bfloat16 every projection of the training pass is BatchMatMulV2, so
+    Grappler has no MatMul to fuse into oneDNN's non-AMX inner product; its gradients
+    stay MatMul."""
+    tf.keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    try:
+        model = build_model(TINY)
+    finally:
+        tf.keras.mixed_precision.set_global_policy("float32")
+    source, target = _batch()
+
+    def loss(s, t):
+        with tf.GradientTape() as tape:
+            logits = model({"source": s, "target_in": t}, training=True)
+            value = tf.reduce_sum(tf.cast(logits, tf.float32))
+        return tape.gradient(value, model.trainable_variables)
+
+    forward = _op_types(lambda s, t: model({"source": s, "target_in": t}, training=True), source, target)
+    assert "BatchMatMulV2" in forward and "MatMul" not in forward
+    assert "MatMul" in _op_types(loss, source, target)
+
+
+def test_a_bfloat16_translator_keeps_tf_matmul_outside_training():
+    """Only training takes BatchMatMulV2 for its 2-D bfloat16 products: a bfloat16
+    Translator's encoder and step keep MatMul (fused with the bias by Grappler)."""
+    inference = kernels.for_inference(tf.bfloat16)
+    x = tf.constant(np.ones((6, 8)), tf.bfloat16)
+    y = tf.constant(np.ones((8, 5)), tf.bfloat16)
+    for policy in (inference.encoding, inference.step):
+        assert "MatMul" in _op_types(policy.projection, x, y)

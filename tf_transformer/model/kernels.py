@@ -7,7 +7,9 @@ explicitly (no module state):
 
   TRAINING  every product as tf.matmul: MatMul/BatchMatMulV2, which oneDNN
             rewrites into its own kernels on AVX-512 CPUs (and which runs
-            cuBLAS on GPUs). Training's shapes repeat, one per bucket.
+            cuBLAS on GPUs), but a 2-D bfloat16 product on a CPU as
+            BatchMatMulV2 (`matrix_unit_matmul`). Training's shapes repeat,
+            one per bucket.
   ENCODING  the Translator's encoder and memory projection: the projections
             through `eigen_matmul`, because each batch brings a new source
             width and oneDNN builds and keeps a kernel per shape (memory for
@@ -16,6 +18,10 @@ explicitly (no module state):
   STEP      a decoding step's products (one position, shapes that change every
             step as the cache grows and sentences leave) on Eigen, and its
             softmax as exp(log_softmax) (LogSoftmax has no oneDNN kernel either).
+  BFLOAT16_ENCODING  a bfloat16 Translator's encoder: every product as
+            tf.matmul, the projections fused with their bias (TRAINING's
+            BatchMatMulV2 decodes no faster there, and its oneDNN kernel per
+            source width weighs more).
   BFLOAT16_STEP  a bfloat16 model's step: its products on oneDNN, the only
             kernels that run bfloat16 on the CPU's matrix units, over an
             encoder memory padded to a multiple of 16 positions.
@@ -43,6 +49,20 @@ Product = Callable[..., tf.Tensor]  # (x, y, adj_y=False) -> x y or x y^T
 def onednn_matmul(x: tf.Tensor, y: tf.Tensor, adj_y: bool = False) -> tf.Tensor:
     """x y (or x y^T) as tf.matmul: MatMul for 2-D, BatchMatMulV2 above (oneDNN's on CPU)."""
     return tf.matmul(x, y, transpose_b=adj_y)
+
+
+def matrix_unit_matmul(x: tf.Tensor, y: tf.Tensor, adj_y: bool = False) -> tf.Tensor:
+    """x y (or x y^T) as tf.matmul, except a 2-D bfloat16 product on a CPU: BatchMatMulV2.
+
+    Grappler fuses a 2-D MatMul with its BiasAdd (and ReLU) into oneDNN's inner
+    product, which gets weights that are not graph constants in their plain layout
+    and runs them on its generic GEMM, never on the CPU's AMX tiles; BatchMatMulV2
+    becomes oneDNN's matmul, which packs plain weights for AMX itself, and the bias
+    is added by its own op. Float32 products and GPUs keep MatMul; under XLA both
+    compile to the same dot (BUILD.md, performance decisions)."""
+    if x.dtype == tf.bfloat16 and x.shape.rank == 2 and device_type(x.device) == "CPU":
+        return tf.raw_ops.BatchMatMulV2(x=x, y=y, adj_y=adj_y)
+    return onednn_matmul(x, y, adj_y)
 
 
 def eigen_matmul(x: tf.Tensor, y: tf.Tensor, adj_y: bool = False) -> tf.Tensor:
@@ -75,7 +95,7 @@ class Kernels:
     memory_multiple: int = 1
 
 
-TRAINING = Kernels()
+TRAINING = Kernels(projection=matrix_unit_matmul)
 ENCODING = Kernels(projection=eigen_matmul)
 STEP = Kernels(projection=eigen_matmul, attention=eigen_matmul, softmax=exp_log_softmax)
 # bfloat16 inference: Eigen's bfloat16 products run without the CPU's matrix units
@@ -84,6 +104,7 @@ STEP = Kernels(projection=eigen_matmul, attention=eigen_matmul, softmax=exp_log_
 # kernel per shape: the memory is padded to 16 positions, so a new source width
 # rarely brings a new cross-attention shape (float32 attends on Eigen: no padding).
 BFLOAT16_STEP = Kernels(softmax=exp_log_softmax, memory_multiple=16)
+BFLOAT16_ENCODING = Kernels()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,7 +119,7 @@ class InferenceKernels:
 def for_inference(dtype) -> InferenceKernels:
     """The kernels a Translator's model of compute dtype `dtype` runs on."""
     if tf.as_dtype(dtype) == tf.bfloat16:
-        return InferenceKernels(encoding=TRAINING, step=BFLOAT16_STEP)
+        return InferenceKernels(encoding=BFLOAT16_ENCODING, step=BFLOAT16_STEP)
     return InferenceKernels(encoding=ENCODING, step=STEP)
 
 
