@@ -118,7 +118,7 @@ def test_distinct_zeros_are_zero_and_never_merged():
 def test_training_runs_a_bfloat16_2d_product_on_a_cpu_as_batch_matmul():
     """A 2-D bfloat16 product on a CPU is BatchMatMulV2 (oneDNN's matmul, which uses the
     CPU's AMX tiles; the MatMul Grappler fuses with its bias does not), with tf.matmul's
-    values; float32, a GPU's product and a batched one stay tf.matmul's ops."""
+    values; a float32 product and a GPU's stay MatMul."""
     rng = np.random.default_rng(2)
     x = tf.constant(rng.normal(size=(6, 8)), tf.bfloat16)
     y = tf.constant(rng.normal(size=(8, 5)), tf.bfloat16)
@@ -139,11 +139,7 @@ def test_a_bfloat16_training_pass_has_no_fused_matmul_projections():
     """Under mixed_bfloat16 every projection of the training pass is BatchMatMulV2, so
     Grappler has no MatMul to fuse into oneDNN's non-AMX inner product; its gradients
     stay MatMul."""
-    tf.keras.mixed_precision.set_global_policy("mixed_bfloat16")
-    try:
-        model = build_model(TINY)
-    finally:
-        tf.keras.mixed_precision.set_global_policy("float32")
+    model = build_model(TINY, dtype="mixed_bfloat16")
     source, target = _batch()
 
     def loss(s, t):
