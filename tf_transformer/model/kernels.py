@@ -58,7 +58,7 @@ def matrix_unit_matmul(x: tf.Tensor, y: tf.Tensor, adj_y: bool = False) -> tf.Te
     product, which gets weights that are not graph constants in their plain layout
     and runs them on its generic GEMM, never on the CPU's AMX tiles; BatchMatMulV2
     becomes oneDNN's matmul, which packs plain weights for AMX itself, and the bias
-    is added by its own op. Float32 products and GPUs keep MatMul; under XLA both
+    is added by its own op. Other dtypes and GPUs keep MatMul; under XLA both
     compile to the same dot (BUILD.md, performance decisions)."""
     if x.dtype == tf.bfloat16 and x.shape.rank == 2 and device_type(x.device) == "CPU":
         return tf.raw_ops.BatchMatMulV2(x=x, y=y, adj_y=adj_y)
@@ -103,8 +103,8 @@ STEP = Kernels(projection=eigen_matmul, attention=eigen_matmul, softmax=exp_log_
 # so every product goes to oneDNN, whatever its shape. oneDNN builds and keeps a
 # kernel per shape: the memory is padded to 16 positions, so a new source width
 # rarely brings a new cross-attention shape (float32 attends on Eigen: no padding).
-BFLOAT16_STEP = Kernels(softmax=exp_log_softmax, memory_multiple=16)
 BFLOAT16_ENCODING = Kernels()
+BFLOAT16_STEP = Kernels(softmax=exp_log_softmax, memory_multiple=16)
 
 
 @dataclasses.dataclass(frozen=True)
