@@ -33,7 +33,7 @@ def main(argv):
     process_defaults.apply()  # before TensorFlow's import
     if not FLAGS.data:
         raise app.UsageError("--data is required")
-    from tf_transformer import evaluation
+    from tf_transformer.cli import evaluation
     from tf_transformer.cli import streaming
     from tf_transformer.inputs import corpus
 

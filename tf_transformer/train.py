@@ -131,7 +131,7 @@ def main(argv):
         dev_fn = pipeline.dataset_fn(dev_corpus, tok, config.data, training=False)
         evaluate_fn = dev_loss_fn(dev_fn, config.train.label_smoothing, shards)
         if FLAGS.dev_bleu_sentences:
-            from tf_transformer import evaluation
+            from tf_transformer.cli import evaluation
             evaluate_fn = evaluation.combine(evaluate_fn, evaluation.dev_bleu_fn(
                 dev_corpus, tok, config, FLAGS.dev_bleu_sentences, shards=shards))
 
@@ -150,7 +150,7 @@ def main(argv):
         print_progress(f"unigram_loss={unigram:.4f} (a loss flat at this level: diverged)")
     trainer = Trainer(config, FLAGS.model_dir, strategy, peak_tflops=FLAGS.peak_tflops)
     if init_from:
-        from tf_transformer import fine_tuning
+        from tf_transformer.training import fine_tuning
         with strategy.scope():
             record = fine_tuning.start(trainer.model, FLAGS.model_dir, init_from.model_dir,
                                        init_from.checkpoint,

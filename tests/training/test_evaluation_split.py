@@ -7,7 +7,7 @@ import sacrebleu
 import tensorflow as tf
 from model_fixtures import SAMPLE_LINES, make_model_dir
 
-from tf_transformer import evaluation
+from tf_transformer.cli import evaluation
 from tf_transformer import model_dir as model_dir_lib
 from tf_transformer.config import Config, DecodeConfig
 from tf_transformer.decoding.translator import Translator, translate_sentences

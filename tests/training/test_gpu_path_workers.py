@@ -21,7 +21,7 @@ import pytest
 import tensorflow as tf
 from train_binary_fixtures import start_workers
 
-from tf_transformer import evaluation
+from tf_transformer.cli import evaluation
 from tf_transformer import model_dir as model_dir_lib
 from tf_transformer.inputs import corpus, pipeline
 from tf_transformer.training.evaluators import dev_loss_fn

@@ -1,2 +1,3 @@
 """What the binaries share for their input and output: line reading, chunked streaming
-translation with progress, attention plots."""
+translation with progress, attention plots, and the quality and speed scores
+(evaluation.py) the train and evaluate binaries report."""

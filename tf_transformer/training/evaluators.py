@@ -1,7 +1,7 @@
 """Evaluations during training: dev loss, and when to run them.
 
 An evaluator is `model -> {"name": float}` (dev loss here, dev BLEU in
-tf_transformer/evaluation.py; both split over replicas and workers with a
+tf_transformer/cli/evaluation.py; both split over replicas and workers with a
 `distribution.Shards`); `Evaluations` runs one at every checkpoint
 (eval_every=0) or every `eval_every` steps, and once at the end (unless that
 step was just evaluated), logging a line and writing the scalars to

@@ -1,4 +1,4 @@
-"""Fine-tuning (tf_transformer/fine_tuning.py, `train --init_from`): the embedding remapped by
+"""Fine-tuning (tf_transformer/training/fine_tuning.py, `train --init_from`): the embedding remapped by
 piece, the refusals, and a model fine-tuned on a second corpus against one trained on it from
 scratch.
 
@@ -17,7 +17,7 @@ import tensorflow as tf
 from binary_fixtures import run_mains
 from model_fixtures import EMBEDDED_CORPUS_DIR
 
-from tf_transformer import fine_tuning
+from tf_transformer.training import fine_tuning
 from tf_transformer import model_dir as model_dir_lib
 from tf_transformer.config import Config
 from tf_transformer.inputs import corpus, tokenizer

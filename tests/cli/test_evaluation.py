@@ -15,7 +15,7 @@ import sacrebleu
 import tensorflow as tf
 from model_fixtures import TRAIN_TSV, tiny_config
 
-from tf_transformer import evaluation
+from tf_transformer.cli import evaluation
 from tf_transformer.config import Config, DecodeConfig, TrainConfig
 from tf_transformer.decoding.translator import Translator, translate_sentences
 from tf_transformer.inputs import corpus, pipeline
