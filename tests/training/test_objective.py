@@ -8,10 +8,25 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from bench.loss_kernel import gathered_cross_entropy
 from tf_transformer.config import BOS_ID, EOS_ID, PAD_ID, ModelConfig, TrainConfig
 from tf_transformer.model import build_model
 from tf_transformer.training import losses, schedule
+
+
+def gathered_cross_entropy(logits, labels, label_smoothing: float):
+    """The loss before the fused version: the gold log-probability gathered from a
+    log-softmax (its gradient is a dense UnsortedSegmentSum). Same contract as
+    losses.smoothed_cross_entropy; kept as the reference its tests compare with."""
+    logits = tf.cast(logits, tf.float32)
+    vocab = tf.shape(logits)[-1]
+    confidence = 1.0 - label_smoothing
+    low = label_smoothing / tf.cast(vocab - 1, tf.float32)
+    log_probs = tf.nn.log_softmax(logits)
+    target_log_prob = tf.gather(log_probs, labels, axis=-1, batch_dims=len(labels.shape))
+    sum_log_probs = tf.reduce_sum(log_probs, axis=-1)
+    loss = -(confidence * target_log_prob + low * (sum_log_probs - target_log_prob))
+    weights = tf.cast(tf.not_equal(labels, PAD_ID), tf.float32)
+    return loss * weights, weights
 
 
 LOSSES = pytest.mark.parametrize(

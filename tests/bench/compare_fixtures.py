@@ -1,4 +1,4 @@
-"""Shared by the harness tests (test_bench_compare_*.py): bench/compare/opennmt_train.py
+"""Shared by the harness tests (test_compare_*.py): bench/compare/opennmt_train.py
 loaded on fake OpenNMT-tf modules (OpenNMT-tf lives in the harness's own venv, not ours)."""
 
 import importlib.util

@@ -2,13 +2,14 @@
 the rest of bench/ one way at most, and nothing it imports comes back to it.
 
 The graph is read from the source with `ast`, so imports inside functions count too.
-`python tests/test_bench_imports.py` prints it (module -> the bench modules it imports).
+`python tests/bench/test_imports.py` prints it (module -> the bench modules it imports).
 """
 
 import ast
 import os
 
-BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench")
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BENCH = os.path.join(REPO, "bench")
 
 
 def bench_modules() -> dict:

@@ -3,7 +3,7 @@
 import os
 
 from bench.compare import dev_curves, train_logs
-from bench_compare_fixtures import fake_modules, load_opennmt_train
+from compare_fixtures import fake_modules, load_opennmt_train
 
 ONMT = [
     "2026-11-25 20:25:49.168000: I runner.py:310] Step = 25 ; steps/s = 0.94, tokens/s = 6563 "
@@ -116,40 +116,6 @@ def test_concurrent_trainings_get_a_core_each():
         cores = trainings.core_assignment(True)
         assert len(cores["opennmt"]) == len(cores["ours"]) == 1
         assert cores["opennmt"] != cores["ours"]
-
-
-def test_the_opennmt_sweep_trains_a_setting_and_scores_it_on_dev(tmp_path, monkeypatch):
-    # OpenNMT-tf itself is faked: what is checked is the harness's side of a sweep row.
-    import argparse
-
-    from bench.compare import opennmt_sweep, trainings
-
-    calls = {}
-
-    def train_opennmt(args, work, d, name, schedule):
-        calls["train"] = (args.minutes, name, schedule)
-        return {"base_args": ["--config", "c.yml"], "env": {}, "last_step": 700,
-                "curve_train": [(60.0, 5.0), (120.0, 4.25)]}
-
-    def run_logged(command, log_path, env=None):
-        features = command[command.index("--features_file") + 1]
-        with open(features, encoding="utf-8") as f:
-            calls["infer"] = f.read().split("\n")[:-1]
-        predictions = command[command.index("--predictions_file") + 1]
-        with open(predictions, "w", encoding="utf-8") as f:
-            f.write("das ist ein gutes Haus\nein Haus am See\n")
-
-    monkeypatch.setattr(trainings, "train_opennmt", train_opennmt)
-    monkeypatch.setattr(trainings, "run_logged", run_logged)
-    (tmp_path / "dev.en.sp").write_text("this is good\na house\nnot read\n")
-    data = {"data": str(tmp_path), "dev_targets": ["das ist ein gutes Haus", "ein Haus am See", "x"],
-            "sp": argparse.Namespace(decode=" ".join)}
-    args = argparse.Namespace(minutes=2.0, dev_sentences=2, work_dir=str(tmp_path))
-    row = opennmt_sweep.sweep_one("w800", ["--warmup_steps=800", "--pre_norm"], args, data)
-    assert calls["train"] == (2.0, "w800", {"warmup_steps": 800, "pre_norm": True})
-    assert calls["infer"] == ["this is good", "a house"]
-    assert (row["steps"], row["loss"]) == (700, "4.25")
-    assert round(row["dev_bleu"], 6) == round(row["dev_chrf"], 6) == 100.0
 
 
 class _FakeTrainer:

@@ -8,7 +8,7 @@ import os
 import pytest
 
 from bench.compare import precisions, report, trainings
-from bench_compare_fixtures import fake_modules, load_opennmt_train
+from compare_fixtures import fake_modules, load_opennmt_train
 
 CPUINFO = """processor\t: 0
 vendor_id\t: GenuineIntel
