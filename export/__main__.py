@@ -49,14 +49,14 @@ def main(argv):
     flags_lib.check_restore_flags()
     if not FLAGS.export_dir:
         raise app.UsageError("--export_dir is required")
+    from tf_transformer.model_dir import ModelDir
+    model_dir = ModelDir(FLAGS.model_dir)
     if FLAGS.format == "ctranslate2":
         from tf_transformer.exporters import ctranslate2 as ctranslate2_export
-        print(ctranslate2_export.run_export(FLAGS.model_dir, FLAGS.export_dir, FLAGS.checkpoint,
+        print(ctranslate2_export.run_export(model_dir, FLAGS.export_dir, FLAGS.checkpoint,
                                             FLAGS.average_last, FLAGS.quantization))
         return
-    from tf_transformer.config import Config
     from tf_transformer.exporters import saved_model, warmup
-    from tf_transformer import model_dir as model_dir_lib
 
     translator, _ = flags_lib.translator_from_flags(all_beams=True)
     used = translator.checkpoint_paths
@@ -66,10 +66,10 @@ def main(argv):
         "model_dir": os.path.abspath(FLAGS.model_dir),
         "checkpoints": [os.path.abspath(p) for p in used],
         "averaged": len(used) if FLAGS.average_last else 0,
-        "config": json_config(Config.load(FLAGS.model_dir)),
+        "config": json_config(translator.config),
     }
     path = saved_model.export(
-        translator, FLAGS.export_dir, model_dir_lib.vocab_paths(FLAGS.model_dir),
+        translator, FLAGS.export_dir, model_dir.vocab_paths(),
         metadata, sentences, FLAGS.model_name)
     print(path)
 

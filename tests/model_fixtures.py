@@ -24,7 +24,7 @@ from tf_transformer.config import (
 )
 from tf_transformer.inputs import corpus, pipeline
 from tf_transformer.inputs.tokenizer import Tokenizer
-from tf_transformer import model_dir as model_dir_lib
+from tf_transformer.model_dir import ModelDir
 from tf_transformer.training.trainer import Trainer
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -69,7 +69,7 @@ def make_model_dir(path: str, tokenizer_proto: bytes, steps: int = 0, seed: int 
     """
     vocab_size = Tokenizer(tokenizer_proto).vocab_size
     config = tiny_config(vocab_size, seed, **model_overrides)
-    model_dir_lib.prepare_model_dir(path, config, tokenizer_proto)
+    ModelDir(path).prepare(config, tokenizer_proto)
     trainer = Trainer(config, path, tf.distribute.OneDeviceStrategy("/cpu:0"))
     if steps == 0:
         trainer.save()

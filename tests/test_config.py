@@ -8,7 +8,6 @@ import pytest
 
 from tf_transformer import presets
 from tf_transformer.config import (
-    CONFIG_FILE,
     Config,
     ConfigError,
     DataConfig,
@@ -16,6 +15,7 @@ from tf_transformer.config import (
     ModelConfig,
     TrainConfig,
 )
+from tf_transformer.model_dir import CONFIG_FILE, ModelDir
 
 
 @pytest.mark.parametrize("cls, fields, message", [
@@ -126,18 +126,18 @@ def test_invalid_values_in_json_are_refused():
 
 
 def test_save_and_load_through_a_model_directory(tmp_path):
-    config = _custom()
-    path = config.save(str(tmp_path / "model"))
+    config, model_dir = _custom(), ModelDir(str(tmp_path / "model"))
+    path = model_dir.write_config(config)
     assert path == str(tmp_path / "model" / CONFIG_FILE)
     assert not (tmp_path / "model" / (CONFIG_FILE + ".tmp")).exists()
-    assert Config.load(str(tmp_path / "model")) == config
-    config.replace(decode=DecodeConfig(beam_size=2, nbest=1)).save(str(tmp_path / "model"))
-    assert Config.load(str(tmp_path / "model")).decode.beam_size == 2  # replaced in place
+    assert model_dir.read_config() == config
+    model_dir.write_config(config.replace(decode=DecodeConfig(beam_size=2, nbest=1)))
+    assert model_dir.read_config().decode.beam_size == 2  # replaced in place
 
 
 def test_loading_a_directory_without_config_says_so(tmp_path):
     with pytest.raises(ConfigError, match="config.json not found: is .* a model directory"):
-        Config.load(str(tmp_path))
+        ModelDir(str(tmp_path)).read_config()
 
 
 def test_decode_overrides_nbest_follows_the_beam_down():
@@ -167,8 +167,8 @@ def test_every_preset_is_valid_and_round_trips(name, tmp_path):
     config = presets.get_preset(name, vocab_size=1000)
     assert config.model.vocab_size == 1000
     assert Config.from_json(config.to_json()) == config
-    config.save(str(tmp_path))
-    assert Config.load(str(tmp_path)) == config
+    ModelDir(str(tmp_path)).write_config(config)
+    assert ModelDir(str(tmp_path)).read_config() == config
 
 
 def test_unknown_preset_is_refused():

@@ -28,17 +28,16 @@ def main(argv):
     process_defaults.apply()  # before TensorFlow's import
     if FLAGS.num_last and FLAGS.num_best:
         raise app.UsageError("give --num_last or --num_best, not both")
-    from tf_transformer.config import Config
     from tf_transformer.model import build_model
-    from tf_transformer import model_dir as model_dir_lib
+    from tf_transformer.model_dir import BEST, ModelDir, write_averaged
 
+    model_dir = ModelDir(FLAGS.model_dir)
     if FLAGS.num_best:
-        number, which, checkpoint = FLAGS.num_best, "best", model_dir_lib.BEST
+        number, which, checkpoint = FLAGS.num_best, "best", BEST
     else:
-        number = FLAGS.num_last or Config.load(FLAGS.model_dir).train.average_last
+        number = FLAGS.num_last or model_dir.read_config().train.average_last
         which, checkpoint = "last", None
-    path = model_dir_lib.write_averaged(FLAGS.model_dir, number, FLAGS.output, build_model,
-                                      checkpoint)
+    path = write_averaged(model_dir, number, ModelDir(FLAGS.output), build_model, checkpoint)
     print(f"averaged {which} {number} checkpoints of {FLAGS.model_dir} into {path}")
 
 

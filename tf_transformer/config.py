@@ -1,16 +1,16 @@
 """Frozen configuration: one `Config` flows from flags to layers.
 
 The config is split by concern (model, data, train, decode). Presets are named
-after the paper's Table 3 rows. `Config` is written as JSON into the model
-directory, which makes that directory the single source of truth for export and
-translation: no hyperparameter is declared twice.
+after the paper's Table 3 rows. `Config` is pure data: the model directory
+(model_dir/layout.py) writes its JSON as config.json, which makes that directory
+the single source of truth for export and translation: no hyperparameter is
+declared twice.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from typing import Any
 
 # Token ids fixed for every vocabulary this project trains (see tokenizer.py).
@@ -265,23 +265,3 @@ class Config:
                 raise ConfigError(f"unknown {field.name} config keys: {sorted(unknown)}")
             parts[field.name] = part_cls(**values)
         return cls(**parts)
-
-    def save(self, model_dir: str) -> str:
-        os.makedirs(model_dir, exist_ok=True)
-        path = os.path.join(model_dir, CONFIG_FILE)
-        tmp = path + ".tmp"
-        with open(tmp, "w") as f:
-            f.write(self.to_json())
-        os.replace(tmp, path)
-        return path
-
-    @classmethod
-    def load(cls, model_dir: str) -> "Config":
-        path = os.path.join(model_dir, CONFIG_FILE)
-        if not os.path.exists(path):
-            raise ConfigError(f"{path} not found: is {model_dir} a model directory?")
-        with open(path) as f:
-            return cls.from_json(f.read())
-
-
-CONFIG_FILE = "config.json"

@@ -19,10 +19,11 @@ from typing import TYPE_CHECKING, NamedTuple
 from absl import app, flags
 
 from tf_transformer import presets, process_defaults
-from tf_transformer.config import CONFIG_FILE, DECODE_DTYPES, Config, DecodeConfig, ModelConfig
+from tf_transformer.config import DECODE_DTYPES, Config, DecodeConfig, ModelConfig
 
 if TYPE_CHECKING:  # TensorFlow only once a binary runs (fast --help)
     from tf_transformer.decoding.translator import Translator
+    from tf_transformer.model_dir import ModelDir
 
 FLAGS = flags.FLAGS
 
@@ -149,11 +150,14 @@ def translator_from_flags(all_beams: bool = False) -> tuple[Translator, DecodeCo
     """(Translator, DecodeConfig) of --model_dir, --checkpoint / --average_last and the
     decode flags (DecodeConfig.with_overrides; `all_beams`: nbest defaults to the beam)."""
     from tf_transformer.decoding import translator as translator_lib
+    from tf_transformer.model_dir import ModelDir
 
     check_restore_flags()
-    decode = Config.load(FLAGS.model_dir).decode.with_overrides(decode_overrides(), all_beams)
+    model_dir = ModelDir(FLAGS.model_dir)
+    config = model_dir.read_config()  # the one read: the Translator is built from it
+    decode = config.decode.with_overrides(decode_overrides(), all_beams)
     translator = translator_lib.Translator.from_model_dir(
-        FLAGS.model_dir, FLAGS.checkpoint, decode, FLAGS.average_last)
+        model_dir, FLAGS.checkpoint, decode, FLAGS.average_last, config=config)
     return translator, decode
 
 
@@ -186,26 +190,27 @@ FINE_TUNING_MODEL_CHANGES = ("dropout", "attention_dropout")
 
 class InitFrom(NamedTuple):
     """--init_from=MODEL_DIR[:CHECKPOINT], read."""
-    model_dir: str
+    model_dir: ModelDir
     checkpoint: str | None  # None: the latest
     config: Config  # the fine-tuned model's (fine_tuning_config), of the source's vocab size
 
 
 def init_from_flags() -> InitFrom:
-    """--init_from; UsageError unless MODEL_DIR holds a config.json and is not --model_dir."""
-    def is_model_dir(path):
-        return os.path.exists(os.path.join(path, CONFIG_FILE))
+    """--init_from; UsageError unless MODEL_DIR holds a config.json and is not --model_dir.
+    Imports TensorFlow (model_dir/): call after the process defaults."""
+    from tf_transformer.model_dir import ModelDir
 
     source_dir, checkpoint = FLAGS.init_from, None
-    if not is_model_dir(source_dir):
+    if not ModelDir(source_dir).is_model_dir():
         source_dir, _, checkpoint = FLAGS.init_from.rpartition(":")
-        if not (source_dir and checkpoint and is_model_dir(source_dir)):
+        if not (source_dir and checkpoint and ModelDir(source_dir).is_model_dir()):
             raise app.UsageError(f"--init_from={FLAGS.init_from}: no model directory "
                                  "(config.json) there, nor before its last ':'")
     if os.path.realpath(source_dir) == os.path.realpath(FLAGS.model_dir):
         raise app.UsageError("--init_from names --model_dir itself: fine-tuning writes a new "
                              "--model_dir (rerunning a command resumes its --model_dir)")
-    return InitFrom(source_dir, checkpoint, fine_tuning_config(Config.load(source_dir)))
+    source = ModelDir(source_dir)
+    return InitFrom(source, checkpoint, fine_tuning_config(source.read_config()))
 
 
 def fine_tuning_config(source: Config) -> Config:

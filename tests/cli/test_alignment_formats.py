@@ -9,6 +9,7 @@ import tensorflow as tf
 from tf_transformer.cli import alignments, decoders, streaming
 from tf_transformer.config import DecodeConfig
 from tf_transformer.decoding.translator import Translator
+from tf_transformer.model_dir import ModelDir
 
 
 def test_hard_is_pharaoh_over_tokens_before_eos_and_soft_is_the_matrix():
@@ -33,7 +34,7 @@ def test_batch_seeds_differ_by_seed_and_text_and_repeat():
 
 def test_streamed_lines_end_in_their_alignment(tiny_model_dir):
     translator = Translator.from_model_dir(
-        tiny_model_dir, decode_config=DecodeConfig(beam_size=2, nbest=2, extra_length=3))
+        ModelDir(tiny_model_dir), decode_config=DecodeConfig(beam_size=2, nbest=2, extra_length=3))
     lines = ["Fonts", "", "Replacement table"]
     data = ("\n".join(lines) + "\n").encode()
     expected = translator.translate_nbest_with_alignments(tf.constant(lines))

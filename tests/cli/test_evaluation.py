@@ -16,12 +16,13 @@ import tensorflow as tf
 from model_fixtures import TRAIN_TSV, tiny_config
 
 from tf_transformer.cli import evaluation
-from tf_transformer.config import Config, DecodeConfig, TrainConfig
+from tf_transformer.config import DecodeConfig, TrainConfig
 from tf_transformer.decoding.translator import Translator, translate_sentences
 from tf_transformer.inputs import corpus, pipeline
 from tf_transformer.inputs.corpus import Corpus
 from tf_transformer.model import build_model
 from tf_transformer import model_dir as model_dir_lib
+from tf_transformer.model_dir import ModelDir
 from tf_transformer.training.trainer import Trainer
 
 SENTENCES = [
@@ -70,7 +71,7 @@ def memorised(tmp_path_factory, spm_model_path, small_tokenizer, toy_pairs):
         decode=DecodeConfig(beam_size=1, extra_length=10, batch_size=8, parallel_searches=1))
     model_dir = str(tmp_path_factory.mktemp("memorised") / "model")
     with open(spm_model_path, "rb") as f:
-        model_dir_lib.prepare_model_dir(model_dir, config, f.read())
+        ModelDir(model_dir).prepare(config, f.read())
     trainer = Trainer(config, model_dir, tf.distribute.OneDeviceStrategy("/cpu:0"))
     lines = []
     dev_bleu = evaluation.dev_bleu_fn(toy_pairs, small_tokenizer, config)
@@ -93,7 +94,8 @@ def test_dev_bleu_of_a_memorised_set_is_high(memorised, toy_pairs, small_tokeniz
 def test_dev_bleu_of_random_weights_is_near_zero(tiny_model_dir, memorised, toy_pairs,
                                                  small_tokenizer):
     config = memorised[1]
-    random_model = model_dir_lib.load_model(tiny_model_dir).model  # seeded ckpt-0, not trained
+    # seeded ckpt-0, not trained
+    random_model = model_dir_lib.load_model(ModelDir(tiny_model_dir)).model
     metrics = evaluation.dev_bleu_fn(toy_pairs, small_tokenizer, config)(random_model)
     assert metrics["dev_bleu"] < GARBAGE_CEILING
 
@@ -118,14 +120,14 @@ def test_evaluate_translator_on_the_memorised_set(memorised, toy_pairs, small_to
 @pytest.fixture(scope="module")
 def random_translator(tiny_model_dir):
     """Translator.from_model_dir of the tiny model (seeded random weights), beam 1."""
-    return Translator.from_model_dir(tiny_model_dir, decode_config=DECODE)
+    return Translator.from_model_dir(ModelDir(tiny_model_dir), decode_config=DECODE)
 
 
 def test_from_model_dir_and_dev_bleu(tiny_model_dir, random_translator):
     """from_model_dir: config.json's model and source limit, the latest checkpoint's
     weights, vocab.model and the decode settings given."""
     translator = random_translator
-    config = Config.load(tiny_model_dir)
+    config = ModelDir(tiny_model_dir).read_config()
     latest = tf.train.latest_checkpoint(tiny_model_dir)
     model = build_model(config.model)
     tf.train.Checkpoint(model=model).restore(latest).expect_partial()

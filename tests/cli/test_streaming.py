@@ -14,6 +14,7 @@ from tf_transformer.config import DecodeConfig
 from tf_transformer.cli import streaming
 from tf_transformer.cli.streaming import split_lines
 from tf_transformer.decoding.translator import Translator, translate_sentences
+from tf_transformer.model_dir import ModelDir
 
 from model_fixtures import SAMPLE_LINES
 
@@ -26,7 +27,7 @@ def translator(tiny_model_dir):
     graph, faster to trace)."""
     decode = DecodeConfig(beam_size=3, nbest=3, extra_length=6, batch_size=2,
                           parallel_searches=1)
-    return Translator.from_model_dir(tiny_model_dir, decode_config=decode)
+    return Translator.from_model_dir(ModelDir(tiny_model_dir), decode_config=decode)
 
 
 def _stream(translator, data: bytes, **kwargs) -> list[str]:

@@ -8,10 +8,11 @@ varied lengths. The search and the model code are untouched.
 import tensorflow as tf
 
 from tf_transformer import model_dir as model_dir_lib
-from tf_transformer.config import EOS_ID, Config, DecodeConfig
+from tf_transformer.config import EOS_ID, DecodeConfig
 from tf_transformer.decoding.translator import Translator
 from tf_transformer.inputs.tokenizer import Tokenizer
 from tf_transformer.model.transformer import build_model
+from tf_transformer.model_dir import ModelDir
 
 SENTENCES = [
     "Fonts",
@@ -27,7 +28,7 @@ SENTENCES = [
 
 
 def load_model(model_dir, eos_scale=1.0):
-    config = Config.load(model_dir)
+    config = ModelDir(model_dir).read_config()
     model = build_model(config.model)
     tf.train.Checkpoint(model=model).restore(tf.train.latest_checkpoint(model_dir)).expect_partial()
     if eos_scale != 1.0:

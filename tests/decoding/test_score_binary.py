@@ -12,6 +12,7 @@ from model_fixtures import REPO_ROOT, SAMPLE_LINES
 
 from tf_transformer.config import DecodeConfig
 from tf_transformer.decoding.translator import Translator
+from tf_transformer.model_dir import ModelDir
 
 GOOD = [(SAMPLE_LINES[0], "Immer Kontrollkästchen"), (SAMPLE_LINES[2], "Schriftarten"),
         (SAMPLE_LINES[4], "Ersetzungstabelle"), (SAMPLE_LINES[5], "Nur Bildschirm")]
@@ -36,7 +37,8 @@ def test_score_binary_writes_one_row_per_valid_pair(tmp_path, tiny_model_dir):
     assert run.returncode == 0, run.stderr.decode()[-3000:]
     rows = [line.split("\t") for line in output.read_text().split("\n")[:-1]]
     assert [row[0] for row in rows] == ["0", "2", "4", "7"]
-    translator = Translator.from_model_dir(tiny_model_dir, decode_config=DecodeConfig(alpha=0.6))
+    translator = Translator.from_model_dir(ModelDir(tiny_model_dir),
+                                           decode_config=DecodeConfig(alpha=0.6))
     expected = translator.score(tf.constant([s for s, _ in GOOD]), tf.constant([t for _, t in GOOD]))
     got = np.array([[float(x) for x in row[1:]] for row in rows])
     np.testing.assert_array_equal(got[:, 1], expected["tokens"].numpy())

@@ -26,6 +26,7 @@ from tf_transformer.config import DecodeConfig
 from tf_transformer.decoding.translator import Translator, translate_sentences
 from tf_transformer.model import build_model
 from tf_transformer import model_dir as model_dir_lib
+from tf_transformer.model_dir import ModelDir
 
 LINES = SAMPLE_LINES[:7]
 # One search per batch (batches of 2 are never split): one copy of the search loop per
@@ -36,7 +37,7 @@ DECODE_FLAGS = ["--beam_size=1", "--extra_length=4", "--batch_size=2", "--parall
 @pytest.fixture(scope="module")
 def translator(tiny_model_dir):
     decode = DecodeConfig(beam_size=1, extra_length=4, batch_size=2, parallel_searches=1)
-    return Translator.from_model_dir(tiny_model_dir, decode_config=decode)
+    return Translator.from_model_dir(ModelDir(tiny_model_dir), decode_config=decode)
 
 
 def _translations(translator, lines):
@@ -63,7 +64,7 @@ def translate_runs(tmp_path_factory, tiny_model_dir):
     stdout); each {"code", "stdout", "stderr"}, with the files of "chunks"."""
     directory = tmp_path_factory.mktemp("translate")
     averaged = str(directory / "averaged")  # the mean of one checkpoint is itself
-    model_dir_lib.write_averaged(tiny_model_dir, 1, averaged, build_model)
+    model_dir_lib.write_averaged(ModelDir(tiny_model_dir), 1, ModelDir(averaged), build_model)
     source, output, plot = directory / "in.txt", directory / "out.txt", directory / "attention.png"
     source.write_text("\n".join(LINES) + "\n", encoding="utf-8")
     argvs = {"chunks": [f"--model_dir={averaged}", f"--input={source}", f"--output={output}",

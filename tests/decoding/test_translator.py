@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tf_transformer.config import EOS_ID, PAD_ID, Config, DecodeConfig
+from tf_transformer.config import EOS_ID, PAD_ID, DecodeConfig
 from tf_transformer.cli import attention_plot
 from tf_transformer.search.beam_search import beam_search
 from tf_transformer.decoding.translator import Translator, translate_sentences
@@ -19,6 +19,7 @@ from tf_transformer.inputs.tokenizer import Tokenizer
 from tf_transformer.model import cache as caches
 from tf_transformer.model.transformer import build_model
 from tf_transformer import model_dir as model_dir_lib
+from tf_transformer.model_dir import ModelDir
 from decoding_fixtures import SENTENCES, load_model, translator
 
 
@@ -163,7 +164,7 @@ def test_maximum_length_is_source_length_plus_extra_length(tiny_model_dir, sourc
 
 def test_learned_positions_cap_the_output_length(tiny_model_dir):
     tokenizer = Tokenizer(f"{tiny_model_dir}/{model_dir_lib.VOCAB_FILE}")
-    config = Config.load(tiny_model_dir).model
+    config = ModelDir(tiny_model_dir).read_config().model
     model = build_model(config.__class__(**{**config.__dict__, "positions": "learned",
                                             "max_positions": 24}))
     decoder = Translator(model, tokenizer, DecodeConfig(beam_size=1, parallel_searches=1),

@@ -10,10 +10,11 @@ import pytest
 import tensorflow as tf
 from model_fixtures import make_model_dir
 
-from tf_transformer.config import EOS_ID, PAD_ID, UNK_ID, Config, DecodeConfig
+from tf_transformer.config import EOS_ID, PAD_ID, UNK_ID, DecodeConfig
 from tf_transformer.decoding.translator import Translator, translate_sentences
 from tf_transformer.inputs.tokenizer import Tokenizer, TokenizerPair
 from tf_transformer.model.transformer import build_model
+from tf_transformer.model_dir import ModelDir
 
 SENTENCES = ["Fonts", "Replacement table", "Enables the font replacement settings."]
 UNK_TEXT = "\u2047"  # what <unk> detokenizes to
@@ -21,7 +22,7 @@ DECODE = DecodeConfig(beam_size=2, extra_length=4, parallel_searches=1)  # one t
 
 
 def _model(model_dir):
-    model = build_model(Config.load(model_dir).model)
+    model = build_model(ModelDir(model_dir).read_config().model)
     tf.train.Checkpoint(model=model).restore(tf.train.latest_checkpoint(model_dir)).expect_partial()
     return model
 
@@ -64,7 +65,8 @@ def test_unk_is_never_generated_with_a_byte_fallback_target_vocabulary(
 def test_separate_vocabularies_tokenize_the_source_and_detokenize_the_target(
         tmp_path, spm_model_path, byte_fallback_model_path):
     source, target = Tokenizer(spm_model_path), Tokenizer(byte_fallback_model_path)  # 500, 600
-    config = Config.load(make_model_dir(str(tmp_path / "shape"), target.model_proto)).model
+    shape_dir = ModelDir(make_model_dir(str(tmp_path / "shape"), target.model_proto))
+    config = shape_dir.read_config().model
     model = build_model(config.__class__(**{**config.__dict__, "share_embeddings": False,
                                             "source_vocab_size": source.vocab_size}))
     assert model.source_embedding.token_embedding.input_dim == source.vocab_size

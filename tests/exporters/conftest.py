@@ -5,6 +5,7 @@ import tensorflow as tf
 from saved_model_fixtures import DECODE, DECODE_FLAGS, export_model, make_model_dir
 
 from tf_transformer.decoding.translator import Translator
+from tf_transformer.model_dir import ModelDir
 
 
 @pytest.fixture(scope="session")
@@ -26,4 +27,4 @@ def loaded(exported):
 @pytest.fixture(scope="session")
 def translator(model_dir):
     """The in-process path with the exported weights (the mean of ckpt-1 and ckpt-2)."""
-    return Translator.from_model_dir(model_dir, decode_config=DECODE, average_last=2)
+    return Translator.from_model_dir(ModelDir(model_dir), decode_config=DECODE, average_last=2)

@@ -19,10 +19,11 @@ import model_fixtures
 from model_fixtures import REPO_ROOT
 
 from export import __main__ as export_main
-from tf_transformer.config import EOS_ID, Config, DecodeConfig
+from tf_transformer.config import EOS_ID, DecodeConfig
 from tf_transformer.exporters import versions, warmup
 from tf_transformer.model import build_model
 from tf_transformer import model_dir as model_dir_lib
+from tf_transformer.model_dir import ModelDir
 
 FLAGS = flags.FLAGS
 SERVING_DIR = os.path.join(REPO_ROOT, "export", "serving")
@@ -67,7 +68,7 @@ def dev_sentences(n, start=0):
 
 
 def _save_eos_scaled(model_dir, source_dir, scales):
-    config = Config.load(source_dir)
+    config = ModelDir(source_dir).read_config()
     model = build_model(config.model)
     latest = tf.train.latest_checkpoint(source_dir)
     tf.train.Checkpoint(model=model).restore(latest).expect_partial()

@@ -19,13 +19,14 @@ from saved_model_fixtures import (
 
 from tf_transformer.decoding.translator import Translator, translate_sentences
 from tf_transformer.exporters import saved_model
+from tf_transformer.model_dir import ModelDir
 
 BF16 = DECODE.with_overrides({"dtype": "bfloat16"})
 
 
 @pytest.fixture(scope="module")
 def bf16_translator(model_dir):
-    return Translator.from_model_dir(model_dir, decode_config=BF16, average_last=2)
+    return Translator.from_model_dir(ModelDir(model_dir), decode_config=BF16, average_last=2)
 
 
 @pytest.fixture(scope="module")

@@ -37,6 +37,7 @@ from tf_transformer.search.beam_search import length_penalty  # noqa: E402
 from tf_transformer.decoding.translator import Translator  # noqa: E402
 from tf_transformer.exporters import ctranslate2 as ct2_export  # noqa: E402
 from tf_transformer.inputs import corpus  # noqa: E402
+from tf_transformer.model_dir import ModelDir  # noqa: E402
 
 DEV_TSV = os.path.join(REPO_ROOT,
                        "data", "libreoffice-help.en-de", "dev.tsv")
@@ -65,7 +66,7 @@ def trained_model_dir(tmp_path_factory, spm_model_path):
 
 def _convert(model_dir, tmp_path_factory, name):
     output = str(tmp_path_factory.mktemp("ct2") / name)
-    ct2_export.export_ctranslate2(model_dir, output)
+    ct2_export.export_ctranslate2(ModelDir(model_dir), output)
     return ctranslate2.Translator(output, device="cpu", intra_threads=1)
 
 
@@ -85,7 +86,7 @@ def _log_probs(translator, source_ids, target_ids):
 
 
 def _check_scores(model_dir, ct2, pairs):
-    ours = Translator.from_model_dir(model_dir)
+    ours = Translator.from_model_dir(ModelDir(model_dir))
     sources = ours.tokenizer.tokenize(tf.constant(pairs[0])).to_list()
     targets = ours.tokenizer.tokenize(tf.constant(pairs[1])).to_list()
     results = ct2.score_batch([_pieces(ours, s) for s in sources],
@@ -98,21 +99,21 @@ def _check_scores(model_dir, ct2, pairs):
 
 def test_exported_directory(tiny_model_dir, tmp_path_factory):
     output = str(tmp_path_factory.mktemp("ct2") / "files")
-    ct2_export.run_export(tiny_model_dir, output)
+    ct2_export.run_export(ModelDir(tiny_model_dir), output)
     assert {"model.bin", "config.json", "shared_vocabulary.json",
             ct2_export.SENTENCEPIECE_FILE, ct2_export.METADATA_FILE} <= set(os.listdir(output))
-    ct2_export.run_export(tiny_model_dir, output)  # replaces its own output
+    ct2_export.run_export(ModelDir(tiny_model_dir), output)  # replaces its own output
     other = tmp_path_factory.mktemp("not_empty")
     (other / "keep.txt").write_text("not a CTranslate2 model")
     with pytest.raises(FileExistsError):
-        ct2_export.run_export(tiny_model_dir, str(other))
+        ct2_export.run_export(ModelDir(tiny_model_dir), str(other))
 
 
 def test_special_tokens_line_up(tiny_model_dir, tmp_path_factory):
     import json
 
     output = ct2_export.export_ctranslate2(
-        tiny_model_dir, str(tmp_path_factory.mktemp("ct2") / "vocab"))
+        ModelDir(tiny_model_dir), str(tmp_path_factory.mktemp("ct2") / "vocab"))
     with open(os.path.join(output, "shared_vocabulary.json")) as f:
         vocabulary = json.load(f)
     with open(os.path.join(output, "config.json")) as f:
@@ -166,7 +167,7 @@ def test_trained_scores_and_greedy_ids_equal(trained_model_dir, spm_model_path,
     ct2 = _convert(trained_model_dir, tmp_path_factory, "trained")
     piece_ids = {p: i for i, p in enumerate(ct2_export.vocabulary_pieces(spm_model_path))}
     _check_scores(trained_model_dir, ct2, pairs)
-    ours = Translator.from_model_dir(trained_model_dir, decode_config=GREEDY)
+    ours = Translator.from_model_dir(ModelDir(trained_model_dir), decode_config=GREEDY)
     source_ids = ours.source_ids(tf.constant(pairs[0])).numpy()
     unexplained, _ = _greedy_ids_equal(ours, ct2, piece_ids, source_ids)
     assert not unexplained
@@ -177,7 +178,7 @@ def eos_first(tiny_model_dir, spm_model_path, tmp_path_factory, pairs):
     """(Translator, CTranslate2 translator, piece ids, source ids) of the tiny model with
     the EOS row set to twice the row of its most frequent first greedy token: most of
     the pairs then translate to EOS alone (an empty output), the others do not."""
-    ours = Translator.from_model_dir(tiny_model_dir, decode_config=GREEDY)
+    ours = Translator.from_model_dir(ModelDir(tiny_model_dir), decode_config=GREEDY)
     source_ids = ours.source_ids(tf.constant(pairs[0])).numpy()
     first = ours.translate_ids(source_ids)["ids"].numpy()[:, 0, 0]
     table = ours.model.target_embedding.token_embedding.embeddings
@@ -311,7 +312,7 @@ def test_beam_scores_follow_each_formula(trained_model_dir, spm_model_path, tmp_
     EOS-prone one at beam 4 (outputs of every length, so the penalties matter)."""
     ct2 = _convert(trained_model_dir, tmp_path_factory, "beam")
     piece_ids = {p: i for i, p in enumerate(ct2_export.vocabulary_pieces(spm_model_path))}
-    ours = Translator.from_model_dir(trained_model_dir, decode_config=BEAM)
+    ours = Translator.from_model_dir(ModelDir(trained_model_dir), decode_config=BEAM)
     source_ids = ours.source_ids(tf.constant(pairs[0])).numpy()
     differences, explained = _beam_check(ours, ct2, piece_ids, source_ids, (0.6, 1.0, 2.0))
     eos_ours, eos_ct2, _, _ = eos_first

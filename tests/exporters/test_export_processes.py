@@ -21,6 +21,7 @@ from saved_model_fixtures import (
 from tf_transformer.exporters import saved_model
 from tf_transformer.model import build_model
 from tf_transformer import model_dir as model_dir_lib
+from tf_transformer.model_dir import ModelDir
 
 
 @pytest.mark.slow
@@ -37,7 +38,7 @@ def test_clean_process_output_equals_the_translate_binary(exported, model_dir, t
     source = tmp_path / "input.txt"
     source.write_bytes(data)
     averaged = str(tmp_path / "averaged")  # the same float64 mean, as a model directory
-    model_dir_lib.write_averaged(model_dir, 2, averaged, build_model)
+    model_dir_lib.write_averaged(ModelDir(model_dir), 2, ModelDir(averaged), build_model)
     binary = subprocess.run(
         [PYTHON, "-m", "tf_transformer.translate", f"--model_dir={averaged}",
          f"--input={source}", *DECODE_FLAGS],

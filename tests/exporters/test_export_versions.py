@@ -12,6 +12,7 @@ from saved_model_fixtures import DECODE, export_model
 from tf_transformer.config import DecodeConfig
 from tf_transformer.decoding.translator import Translator
 from tf_transformer.exporters import saved_model, versions
+from tf_transformer.model_dir import ModelDir
 
 
 # -- versions, checkpoints ------------------------------------------------------------
@@ -41,17 +42,18 @@ def test_versions_are_claimed_atomically_and_never_reused(tmp_path, monkeypatch)
 
 
 def test_average_last_averages_in_memory(model_dir):
-    translator = Translator.from_model_dir(model_dir, decode_config=DECODE, average_last=2)
+    translator = Translator.from_model_dir(ModelDir(model_dir), decode_config=DECODE,
+                                           average_last=2)
     paths = list(translator.checkpoint_paths)
     assert [os.path.basename(p) for p in paths] == ["ckpt-1", "ckpt-2"]
     table = translator.model.target_embedding.token_embedding.embeddings.numpy()
-    one = Translator.from_model_dir(model_dir, paths[0], DECODE)
-    two = Translator.from_model_dir(model_dir, decode_config=DECODE)
+    one = Translator.from_model_dir(ModelDir(model_dir), paths[0], DECODE)
+    two = Translator.from_model_dir(ModelDir(model_dir), decode_config=DECODE)
     mean = (one.model.target_embedding.token_embedding.embeddings.numpy().astype(np.float64)
             + two.model.target_embedding.token_embedding.embeddings.numpy()) / 2
     np.testing.assert_allclose(table, mean, rtol=1e-6)
     with pytest.raises(ValueError):
-        Translator.from_model_dir(model_dir, decode_config=DECODE, average_last=3)
+        Translator.from_model_dir(ModelDir(model_dir), decode_config=DECODE, average_last=3)
     assert DecodeConfig().with_overrides({"beam_size": 3}, all_beams=True).nbest == 3
 
 
@@ -60,10 +62,10 @@ def test_export_flags_are_checked(model_dir, tmp_path):
     with pytest.raises(app.UsageError):
         export_model(model_dir, str(tmp_path / "e"), "--average_last=2", f"--checkpoint={model_dir}")
     assert not os.path.exists(tmp_path / "e")
-    chosen = Translator.from_model_dir(model_dir, f"{model_dir}/ckpt-1", DECODE)
+    chosen = Translator.from_model_dir(ModelDir(model_dir), f"{model_dir}/ckpt-1", DECODE)
     paths = list(chosen.checkpoint_paths)
     assert paths == [f"{model_dir}/ckpt-1"]
     table = chosen.model.target_embedding.token_embedding.embeddings.numpy()
-    latest = Translator.from_model_dir(model_dir, decode_config=DECODE)
+    latest = Translator.from_model_dir(ModelDir(model_dir), decode_config=DECODE)
     latest_table = latest.model.target_embedding.token_embedding.embeddings.numpy()
     assert not np.array_equal(table, latest_table)

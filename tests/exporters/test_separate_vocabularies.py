@@ -20,12 +20,13 @@ import tensorflow as tf
 from model_fixtures import EMBEDDED_CORPUS_DIR, REPO_ROOT
 from saved_model_fixtures import export_model
 
-from tf_transformer.config import BOS_ID, EOS_ID, PAD_ID, Config, DecodeConfig
+from tf_transformer.config import BOS_ID, EOS_ID, PAD_ID, DecodeConfig
 from tf_transformer.decoding.translator import Translator
 from tf_transformer.exporters import saved_model
 from tf_transformer.inputs import corpus
 from tf_transformer.inputs.tokenizer import Tokenizer
 from tf_transformer import model_dir as model_dir_lib
+from tf_transformer.model_dir import ModelDir
 
 pytestmark = pytest.mark.slow
 
@@ -72,10 +73,10 @@ def test_training_writes_one_vocabulary_per_side(pair, tmp_path):
     names = set(os.listdir(model_dir))
     assert {model_dir_lib.SOURCE_VOCAB_FILE, model_dir_lib.TARGET_VOCAB_FILE} <= names
     assert model_dir_lib.VOCAB_FILE not in names
-    model = Config.load(model_dir).model
+    model = ModelDir(model_dir).read_config().model
     assert (model.share_embeddings, model.source_vocab_size, model.vocab_size) == (
         False, SOURCE_SIZE, TARGET_SIZE)
-    source, target = (Tokenizer(p) for p in model_dir_lib.vocab_paths(model_dir))
+    source, target = (Tokenizer(p) for p in ModelDir(model_dir).vocab_paths())
     assert source.byte_fallback and target.byte_fallback  # the default
     words = lambda vocab: [p.decode() for p in vocab.id_to_piece(  # noqa: E731
         tf.range(260, vocab.vocab_size)).numpy()]  # past the special and byte pieces
@@ -89,7 +90,7 @@ def test_training_writes_one_vocabulary_per_side(pair, tmp_path):
 
 def test_the_saved_model_tokenizes_the_source_and_detokenizes_the_target(pair, tmp_path):
     model_dir, sources, references = pair
-    source_path, target_path = model_dir_lib.vocab_paths(model_dir)
+    source_path, target_path = ModelDir(model_dir).vocab_paths()
     source, target = Tokenizer(source_path), Tokenizer(target_path)
     exported = export_model(model_dir, str(tmp_path / "export"), *DECODE_FLAGS)
     for name, path in (("source_vocab.model", source_path), ("target_vocab.model", target_path)):
@@ -113,7 +114,7 @@ def test_the_saved_model_tokenizes_the_source_and_detokenizes_the_target(pair, t
     texts = [t.decode() for t in served.numpy()]
     assert all(texts) and not [t for t in texts if LATIN_LETTER.search(t)], texts
     assert sum(bool(re.search("[а-яА-Я]", t)) for t in texts) >= 6, texts
-    ours = Translator.from_model_dir(model_dir, decode_config=DECODE)
+    ours = Translator.from_model_dir(ModelDir(model_dir), decode_config=DECODE)
     assert texts == [t.decode() for t in
                      ours.translate(tf.constant(sources))["translation"].numpy()]
 
@@ -123,7 +124,7 @@ def test_ctranslate2_gets_both_vocabularies(pair, tmp_path):
     from tf_transformer.exporters import ctranslate2 as ct2_export
 
     model_dir, sources, references = pair
-    output = ct2_export.run_export(model_dir, str(tmp_path / "ct2"))
+    output = ct2_export.run_export(ModelDir(model_dir), str(tmp_path / "ct2"))
     files = set(os.listdir(output))
     assert {"source_vocabulary.json", "target_vocabulary.json",
             ct2_export.SOURCE_SENTENCEPIECE_FILE, ct2_export.TARGET_SENTENCEPIECE_FILE} <= files
@@ -131,7 +132,7 @@ def test_ctranslate2_gets_both_vocabularies(pair, tmp_path):
     with open(os.path.join(output, ct2_export.METADATA_FILE)) as f:
         options = json.load(f)["translate_options"]
     assert ["<unk>"] in options["suppress_sequences"]  # as our search: byte fallback
-    ours = Translator.from_model_dir(model_dir)
+    ours = Translator.from_model_dir(ModelDir(model_dir))
     source, target = ours.tokenizer, ours.target_tokenizer
 
     def pieces(vocab, rows):

@@ -9,8 +9,9 @@ import pytest
 import tensorflow as tf
 
 from tf_transformer import presets
-from tf_transformer.config import BOS_ID, Config, ConfigError, ModelConfig
+from tf_transformer.config import BOS_ID, ConfigError, ModelConfig
 from tf_transformer.model import build_model
+from tf_transformer.model_dir import ModelDir
 
 TINY = ModelConfig(vocab_size=40, num_layers=2, d_model=32, d_ff=64, num_heads=4, dropout=0.0)
 
@@ -176,5 +177,5 @@ def test_bad_configuration_fails_clearly():
 
 def test_config_json_round_trip(tmp_path):
     config = presets.get_preset("small")
-    config.save(str(tmp_path))
-    assert Config.load(str(tmp_path)) == config
+    ModelDir(str(tmp_path)).write_config(config)
+    assert ModelDir(str(tmp_path)).read_config() == config

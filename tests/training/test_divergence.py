@@ -16,7 +16,7 @@ from model_fixtures import MAX_CHARS, TRAIN_TSV, tiny_config
 from trainer_fixtures import read_scalars
 
 from tf_transformer.inputs import corpus, pipeline
-from tf_transformer import model_dir as model_dir_lib
+from tf_transformer.model_dir import ModelDir
 from tf_transformer.training import divergence, losses
 from tf_transformer.training.divergence import DivergenceWatch
 from tf_transformer.training.trainer import Trainer
@@ -93,7 +93,7 @@ def _train(tmp_path, pairs, tokenizer, scale):
                                   divergence_steps=WINDOW, log_every=10),
         data=dataclasses.replace(config.data, tokens_per_batch=512, deterministic=True))
     model_dir = str(tmp_path / f"scale{scale}")
-    model_dir_lib.prepare_model_dir(model_dir, config, tokenizer.model_proto)
+    ModelDir(model_dir).prepare(config, tokenizer.model_proto)
     unigram = divergence.corpus_unigram_loss(pairs, tokenizer, config.train.label_smoothing)
     lines = []
     Trainer(config, model_dir, tf.distribute.OneDeviceStrategy("/cpu:0")).train(

@@ -9,10 +9,11 @@ from model_fixtures import SAMPLE_LINES, make_model_dir
 
 from tf_transformer.cli import evaluation
 from tf_transformer import model_dir as model_dir_lib
-from tf_transformer.config import Config, DecodeConfig
+from tf_transformer.config import DecodeConfig
 from tf_transformer.decoding.translator import Translator, translate_sentences
 from tf_transformer.inputs import pipeline
 from tf_transformer.inputs.corpus import Corpus
+from tf_transformer.model_dir import ModelDir
 from tf_transformer.training import distribution
 from tf_transformer.training.evaluators import dev_loss_fn
 
@@ -41,8 +42,8 @@ def test_two_replicas_evaluate_as_one_device(one_layer_model_dir, small_tokenize
     """The model's one-device translations are the references, so the split BLEU is 100
     only if each replica's hypotheses are one device's and meet their own references;
     dev loss of random weights, as one device sums it."""
-    loaded = model_dir_lib.load_model(one_layer_model_dir)
-    config = Config.load(one_layer_model_dir)
+    loaded = model_dir_lib.load_model(ModelDir(one_layer_model_dir))
+    config = ModelDir(one_layer_model_dir).read_config()
     config = config.replace(decode=DecodeConfig(beam_size=2, extra_length=3, batch_size=4))
     translator = Translator(loaded.model, small_tokenizer, config.decode, config.data.max_length)
     sources = SAMPLE_LINES + [line.lower() for line in SAMPLE_LINES[:3]]  # 11: uneven shards
@@ -50,7 +51,7 @@ def test_two_replicas_evaluate_as_one_device(one_layer_model_dir, small_tokenize
     dev = Corpus(sources, references)
     mirrored = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
     with mirrored.scope():  # the trainer's model: mirrored variables
-        model = model_dir_lib.load_model(one_layer_model_dir).model
+        model = model_dir_lib.load_model(ModelDir(one_layer_model_dir)).model
     shards = distribution.Shards(mirrored)
     assert shards.count == 2 and shards.local == [0, 1]
     split = evaluation.dev_bleu_fn(dev, small_tokenizer, config, batch_size=4, shards=shards)

@@ -17,11 +17,11 @@ import tensorflow as tf
 from binary_fixtures import run_mains
 from model_fixtures import EMBEDDED_CORPUS_DIR
 
-from tf_transformer.training import fine_tuning
 from tf_transformer import model_dir as model_dir_lib
-from tf_transformer.config import Config
 from tf_transformer.inputs import corpus, tokenizer
 from tf_transformer.model import build_model
+from tf_transformer.model_dir import ModelDir
+from tf_transformer.training import fine_tuning
 
 SPECIAL = [b"<pad>", b"<unk>", b"<s>", b"</s>"]
 
@@ -43,12 +43,13 @@ def test_piece_map_follows_pieces_and_keeps_the_special_ids():
 
 def test_source_checkpoint_is_the_latest_a_name_or_a_path(tiny_model_dir):
     latest = tf.train.latest_checkpoint(tiny_model_dir)
-    assert fine_tuning.source_checkpoint(tiny_model_dir) == latest
-    assert fine_tuning.source_checkpoint(tiny_model_dir, os.path.basename(latest)) == latest
-    assert fine_tuning.source_checkpoint(tiny_model_dir, latest) == latest
+    source = ModelDir(tiny_model_dir)
+    assert fine_tuning.source_checkpoint(source) == latest
+    assert fine_tuning.source_checkpoint(source, os.path.basename(latest)) == latest
+    assert fine_tuning.source_checkpoint(source, latest) == latest
     for missing in ("best", "ckpt-12345"):  # the fixture keeps no best/
         with pytest.raises(FileNotFoundError):
-            fine_tuning.source_checkpoint(tiny_model_dir, missing)
+            fine_tuning.source_checkpoint(source, missing)
 
 
 def test_a_new_vocabulary_keeps_the_rows_of_shared_pieces_exactly(
@@ -59,7 +60,7 @@ def test_a_new_vocabulary_keeps_the_rows_of_shared_pieces_exactly(
     pairs = corpus.Corpus(embedded_corpus.sources[10000:12000],
                           embedded_corpus.targets[10000:12000])
     new_proto = tokenizer.train_sentencepiece(pairs, 400)
-    source = model_dir_lib.load_model(tiny_model_dir)
+    source = model_dir_lib.load_model(ModelDir(tiny_model_dir))
     with open(os.path.join(tiny_model_dir, model_dir_lib.VOCAB_FILE), "rb") as f:
         old_pieces = fine_tuning.pieces(f.read())
     new_pieces = fine_tuning.pieces(new_proto)
@@ -67,7 +68,7 @@ def test_a_new_vocabulary_keeps_the_rows_of_shared_pieces_exactly(
     with strategy.scope():
         model = build_model(dataclasses.replace(source.config.model, vocab_size=400))
         fresh = model.weights[0].numpy()
-        record = fine_tuning.initialize(model, tiny_model_dir, None, new_proto)
+        record = fine_tuning.initialize(model, ModelDir(tiny_model_dir), None, new_proto)
 
     old_ids = {piece: i for i, piece in enumerate(old_pieces)}
     shared = [i for i, piece in enumerate(new_pieces[4:], 4) if piece in old_ids]
@@ -100,10 +101,11 @@ def test_start_initializes_a_new_directory_and_never_one_with_a_checkpoint(
     new_dir = str(tmp_path / "new")
     with open(os.path.join(tiny_model_dir, model_dir_lib.VOCAB_FILE), "rb") as f:
         proto = f.read()
-    source = model_dir_lib.load_model(tiny_model_dir)
+    source = model_dir_lib.load_model(ModelDir(tiny_model_dir))
     model = build_model(source.config.model)
-    record = fine_tuning.start(model, new_dir, tiny_model_dir, None, proto)
-    assert record == model_dir_lib.read_init_from(new_dir)
+    new, source_dir = ModelDir(new_dir), ModelDir(tiny_model_dir)
+    record = fine_tuning.start(model, new, source_dir, None, proto)
+    assert record == ModelDir(new_dir).read_init_from()
     assert record == {"model_dir": os.path.abspath(tiny_model_dir), "step": 0,
                       "checkpoint": os.path.abspath(os.path.join(tiny_model_dir, "ckpt-0")),
                       "vocabulary": "source"}
@@ -114,7 +116,7 @@ def test_start_initializes_a_new_directory_and_never_one_with_a_checkpoint(
     resumed = build_model(source.config.model)
     before = [w.numpy() for w in resumed.weights]
     assert not all(np.array_equal(a, b.numpy()) for a, b in zip(before, source.model.weights))
-    assert fine_tuning.start(resumed, new_dir, tiny_model_dir, None, proto) is None
+    assert fine_tuning.start(resumed, new, source_dir, None, proto) is None
     for value, weight in zip(before, resumed.weights):
         np.testing.assert_array_equal(weight.numpy(), value)
 
@@ -214,10 +216,12 @@ def test_fine_tuned_on_a_second_corpus_beats_training_on_it_from_scratch(
         assert run["code"] == 0, run["stderr"][-3000:]
     scratch_out, tuned_out = runs[1]["stdout"], runs[2]["stdout"]
 
-    tuned_config = Config.load(tuned_dir)
-    assert tuned_config == Config.load(scratch_dir)  # the scratch run's settings are the same
-    assert tuned_config.model == dataclasses.replace(Config.load(source).model, dropout=0.0)
-    record = model_dir_lib.read_init_from(tuned_dir)
+    tuned_config = ModelDir(tuned_dir).read_config()
+    # the scratch run's settings are the same
+    assert tuned_config == ModelDir(scratch_dir).read_config()
+    assert tuned_config.model == dataclasses.replace(ModelDir(source).read_config().model,
+                                                     dropout=0.0)
+    record = ModelDir(tuned_dir).read_init_from()
     assert record["checkpoint"] == os.path.abspath(os.path.join(source, f"ckpt-{SOURCE_STEPS}"))
     assert record["step"] == SOURCE_STEPS and record["vocabulary"] == "updated"
     assert record["pieces_kept"] > 100 and record["pieces_new"] > 10

@@ -23,6 +23,7 @@ from train_binary_fixtures import start_workers
 
 from tf_transformer.cli import evaluation
 from tf_transformer import model_dir as model_dir_lib
+from tf_transformer.model_dir import ModelDir
 from tf_transformer.inputs import corpus, pipeline
 from tf_transformer.training.evaluators import dev_loss_fn
 
@@ -117,7 +118,7 @@ def test_evaluations_split_over_workers_are_one_devices(runs, train_tsv, small_t
     assert os.path.exists(os.path.join(model_a, "best", "best.json"))
     assert not [d for d in os.listdir(model_a) if d.startswith(".worker_")]
     logged = dict(field.split("=") for field in evals[0][-1].split()[2:])
-    loaded = model_dir_lib.load_model(model_a)  # ckpt-6, one device
+    loaded = model_dir_lib.load_model(ModelDir(model_a))  # ckpt-6, one device
     config = loaded.config
     dev = corpus.read_corpus(train_tsv)
     dev_loss = dev_loss_fn(pipeline.make_dataset(dev, small_tokenizer, config.data,

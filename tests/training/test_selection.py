@@ -21,6 +21,7 @@ from trainer_fixtures import STEPS, concat_batches, dataset_of, read_scalars, tr
 
 from tf_transformer.model import build_model
 from tf_transformer import model_dir as model_dir_lib
+from tf_transformer.model_dir import ModelDir
 from tf_transformer.training.selection import ModelSelection
 from tf_transformer.training.trainer import Trainer
 
@@ -33,7 +34,7 @@ def run(tmp_path_factory, small_tokenizer, spm_model_path):
     path = str(tmp_path_factory.mktemp("selection") / "model")
     config = tiny_config(small_tokenizer.vocab_size, num_layers=1)
     with open(spm_model_path, "rb") as f:
-        model_dir_lib.prepare_model_dir(path, config, f.read())
+        ModelDir(path).prepare(config, f.read())
     model = build_model(config.model)
     manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model), path, max_to_keep=1)
     lines, weights = [], {}
@@ -53,7 +54,7 @@ def run(tmp_path_factory, small_tokenizer, spm_model_path):
 def test_best_dir_keeps_copies_of_the_n_best_and_a_record(run):
     path, _, _, _ = run
     best = os.path.join(path, model_dir_lib.BEST_DIR)
-    assert model_dir_lib.checkpoint_paths(path) == [os.path.join(path, "ckpt-50")]  # rolled away
+    assert ModelDir(path).checkpoint_paths() == [os.path.join(path, "ckpt-50")]  # rolled away
     assert sorted({f.split(".")[0] for f in os.listdir(best) if f.startswith("ckpt-")}) == \
         ["ckpt-20", "ckpt-40"]
     with open(os.path.join(best, model_dir_lib.RECORD_FILE)) as f:
@@ -84,7 +85,7 @@ def test_a_restarted_run_reads_the_record(run):
     resumed.update(60, {"dev_bleu": 1.0}, os.path.join(path, "ckpt-50"))
     resumed.update(70, {"dev_bleu": 1.0}, None)
     assert resumed.stop_requested and resumed.since_best == 5
-    assert [e["step"] for e in model_dir_lib.read_record(path)["evaluations"]] == list(BLEU)
+    assert [e["step"] for e in ModelDir(path).read_record()["evaluations"]] == list(BLEU)
     # Restored from an older checkpoint: the later evaluations are forgotten.
     older = ModelSelection(path, keep_best=2, start_step=30)
     assert [e["step"] for e in older.evaluations] == [10, 20, 30]
@@ -95,20 +96,20 @@ def test_a_restarted_run_reads_the_record(run):
 
 def test_load_model_best_and_the_mean_of_the_best_n(run):
     path, weights, _, _ = run
-    assert_weights(model_dir_lib.load_model(path, "best").model, weights[20])
-    loaded = model_dir_lib.load_model(path, "best", average_last=2)
+    assert_weights(model_dir_lib.load_model(ModelDir(path), "best").model, weights[20])
+    loaded = model_dir_lib.load_model(ModelDir(path), "best", average_last=2)
     assert [os.path.basename(p) for p in loaded.paths] == ["ckpt-20", "ckpt-40"]
     assert_weights(loaded.model, mean_weights(weights, [20, 40]))
-    assert model_dir_lib.resolve("best", path) == os.path.join(path, "best", "ckpt-20")
+    assert ModelDir(path).resolve("best") == os.path.join(path, "best", "ckpt-20")
     with pytest.raises(ValueError, match="fewer than 3"):
-        model_dir_lib.load_model(path, "best", average_last=3)
+        model_dir_lib.load_model(ModelDir(path), "best", average_last=3)
     with pytest.raises(ValueError, match="not both"):
-        model_dir_lib.load_model(path, os.path.join(path, "ckpt-50"), average_last=2)
+        model_dir_lib.load_model(ModelDir(path), os.path.join(path, "ckpt-50"), average_last=2)
 
 
 def test_best_without_a_record_is_not_found(tmp_path):
     with pytest.raises(FileNotFoundError, match="fewer than 1"):
-        model_dir_lib.resolve("best", str(tmp_path))
+        ModelDir(str(tmp_path)).resolve("best")
 
 
 def test_dev_loss_selects_when_there_is_no_bleu(tmp_path):
@@ -116,7 +117,7 @@ def test_dev_loss_selects_when_there_is_no_bleu(tmp_path):
     assert chosen.update(1, {"dev_loss": 3.0}, None)
     assert chosen.update(2, {"dev_loss": 2.5}, None)  # lower loss: better
     assert not chosen.update(3, {"dev_loss": 2.6}, None) and chosen.stop_requested
-    assert model_dir_lib.read_record(str(tmp_path))["best"] == []  # keep_best=0: no copies
+    assert ModelDir(str(tmp_path)).read_record()["best"] == []  # keep_best=0: no copies
 
 
 @pytest.mark.slow
@@ -129,7 +130,7 @@ def test_average_checkpoints_binary_averages_the_best(run, tmp_path):
         timeout=300, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
     assert result.returncode == 0, result.stderr[-3000:]
     assert f"averaged best 2 checkpoints of {path}" in result.stdout
-    averaged = model_dir_lib.load_model(output)
+    averaged = model_dir_lib.load_model(ModelDir(output))
     assert averaged.paths[0].endswith("averaged-40")
     assert_weights(averaged.model, mean_weights(weights, [20, 40]))
 
@@ -162,13 +163,13 @@ def test_trainer_keeps_the_best_and_stops_early(tmp_path):
     # stop in its all-reduce; the final checkpoint (5) is evaluated once more.
     assert (result.stopped_by, result.step, evaluate.calls) == ("early_stop", 5, 5)
     assert any(l.startswith("early stop: dev_bleu has not improved for 2 ") for l in lines)
-    record = model_dir_lib.read_record(model_dir)
+    record = ModelDir(model_dir).read_record()
     assert [e["step"] for e in record["best"]] == [5, 2]
     assert [e["step"] for e in record["evaluations"]] == [1, 2, 3, 4, 5]
     scalars = read_scalars(os.path.join(model_dir, "train"))
     assert scalars["dev_bleu"] == {1: 1.0, 2: 3.0, 3: 2.0, 4: 2.5, 5: 9.0}
     assert set(scalars["dev_loss"]) == {1, 2, 3, 4, 5}
-    assert model_dir_lib.resolve("best", model_dir) == os.path.join(model_dir, "best", "ckpt-5")
+    assert ModelDir(model_dir).resolve("best") == os.path.join(model_dir, "best", "ckpt-5")
 
 
 def test_eval_every_checkpoints_the_evaluated_steps_and_resume_keeps_the_record(tmp_path):
@@ -178,16 +179,16 @@ def test_eval_every_checkpoints_the_evaluated_steps_and_resume_keeps_the_record(
     data = dataset_of([concat_batches(*pair) for pair in STEPS])
     trainer.train(data, max_steps=4, evaluate_fn=Scripted([5.0, 1.0]), eval_every=2,
                   log_fn=lines.append)
-    assert [os.path.basename(p) for p in model_dir_lib.checkpoint_paths(model_dir)] == [
+    assert [os.path.basename(p) for p in ModelDir(model_dir).checkpoint_paths()] == [
         "ckpt-2", "ckpt-4"]  # step 2 was saved for its evaluation
-    assert [e["checkpoint"] for e in model_dir_lib.read_record(model_dir)["best"]] == ["ckpt-2"]
+    assert [e["checkpoint"] for e in ModelDir(model_dir).read_record()["best"]] == ["ckpt-2"]
     resumed = Trainer(train_config(keep_best=1, early_stop=2), model_dir,
                       tf.distribute.OneDeviceStrategy("/cpu:0"))
     result = resumed.train(data, max_steps=100, evaluate_fn=Scripted([2.0, 3.0, 4.0]),
                            eval_every=2, log_fn=lines.append)
     # The record survived: step 6 is the second evaluation without beating step 2's 5.0.
     assert (result.stopped_by, result.step) == ("early_stop", 7)
-    assert [e["step"] for e in model_dir_lib.read_record(model_dir)["best"]] == [2]
+    assert [e["step"] for e in ModelDir(model_dir).read_record()["best"]] == [2]
 
 
 _FLAGS_SCRIPT = """

@@ -19,9 +19,10 @@ from trainer_fixtures import (
     weights_but_key_biases,
 )
 
-from tf_transformer.config import Config, ConfigError
+from tf_transformer.config import ConfigError
 from tf_transformer.model import build_model
 from tf_transformer import model_dir as model_dir_lib
+from tf_transformer.model_dir import ModelDir
 from tf_transformer.training import keras_optimizers, losses
 from tf_transformer.training.host_loop import NonFiniteLossError
 from tf_transformer.training.trainer import StepPolicy, Trainer
@@ -133,7 +134,7 @@ def test_nan_loss_stops_with_the_step_and_keeps_the_last_good_checkpoint(tmp_pat
 def test_averaging_is_the_arithmetic_mean(tmp_path):
     config = train_config()
     model_dir = str(tmp_path / "run")
-    model_dir_lib.prepare_model_dir(model_dir, config, b"vocab")
+    ModelDir(model_dir).prepare(config, b"vocab")
     model = build_model(config.model)
     step = tf.Variable(0, dtype=tf.int64)
     manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model, step=step), model_dir, 5)
@@ -145,22 +146,22 @@ def test_averaging_is_the_arithmetic_mean(tmp_path):
         values.append(weights)
         manager.save(checkpoint_number=i)
     out = str(tmp_path / "avg")
-    model_dir_lib.write_averaged(model_dir, 3, out, build_model)
+    model_dir_lib.write_averaged(ModelDir(model_dir), 3, ModelDir(out), build_model)
     averaged = build_model(config.model)
     tf.train.Checkpoint(model=averaged).restore(tf.train.latest_checkpoint(out)).expect_partial()
     for got, *last in zip(averaged.get_weights(), *values[1:]):
         np.testing.assert_allclose(got, np.mean(last, axis=0), rtol=1e-6)
-    assert Config.load(out) == config
+    assert ModelDir(out).read_config() == config
 
 
 def test_model_dir_for_another_model_is_refused(tmp_path):
     config = train_config()
-    model_dir_lib.prepare_model_dir(str(tmp_path), config, b"vocab-a")
+    ModelDir(str(tmp_path)).prepare(config, b"vocab-a")
     bigger = dataclasses.replace(config, model=dataclasses.replace(MODEL, d_model=32))
     with pytest.raises(ConfigError, match="different architecture"):
-        model_dir_lib.prepare_model_dir(str(tmp_path), bigger, b"vocab-a")
+        ModelDir(str(tmp_path)).prepare(bigger, b"vocab-a")
     with pytest.raises(ConfigError, match="another vocabulary"):
-        model_dir_lib.prepare_model_dir(str(tmp_path), config, b"vocab-b")
+        ModelDir(str(tmp_path)).prepare(config, b"vocab-b")
 
 
 def test_tensorboard_scalars_hold_the_logged_loss_and_the_schedule(tmp_path):

@@ -54,7 +54,6 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from tf_transformer import model_dir as model_dir_lib
 from tf_transformer.config import EOS_ID, PAD_ID, UNK_ID, Config, DecodeConfig
 from tf_transformer.decoding import alignments, scoring, signatures
 from tf_transformer.decoding.compiled_search import CompiledSearch
@@ -63,6 +62,7 @@ from tf_transformer.inputs import tokenizer as tokenizer_lib
 from tf_transformer.inputs.tokenizer import Tokenizer, TokenizerPair
 from tf_transformer.model import kernels
 from tf_transformer.model.transformer import Transformer
+from tf_transformer.model_dir import ModelDir, load_model
 from tf_transformer.search.beam_search import BeamSearchResult
 from tf_transformer.search.state import SymbolsToLogitsFn
 
@@ -131,21 +131,25 @@ class Translator(tf.Module):
                        for n in sorted({1, self.nbest})}
 
     @classmethod
-    def from_model_dir(cls, model_dir: str, checkpoint: str | None = None,
+    def from_model_dir(cls, model_dir: ModelDir, checkpoint: str | None = None,
                        decode_config: DecodeConfig | None = None,
-                       average_last: int = 0) -> "Translator":
+                       average_last: int = 0, config: Config | None = None) -> "Translator":
         """The Translator of `model_dir` (model_dir.load_model picks the weights).
 
-        `decode_config` defaults to the one in config.json; the checkpoints the
-        weights come from are kept in `checkpoint_paths`.
+        `decode_config` defaults to the one in config.json; `config` is
+        config.json when the caller has read it already (it is read once). The
+        checkpoints the weights come from are kept in `checkpoint_paths`, config.json's
+        Config in `config`.
         """
-        decode_config = decode_config or Config.load(model_dir).decode
-        config, model, paths = model_dir_lib.load_model(model_dir, checkpoint, average_last,
-                                                        dtype=decode_config.dtype)
+        config = config or model_dir.read_config()
+        decode_config = decode_config or config.decode
+        config, model, paths = load_model(model_dir, checkpoint, average_last,
+                                          dtype=decode_config.dtype, config=config)
         logging.info("restored %s", ", ".join(paths))
-        tokenizer = tokenizer_lib.load(*model_dir_lib.vocab_paths(model_dir))
+        tokenizer = tokenizer_lib.load(*model_dir.vocab_paths())
         translator = cls(model, tokenizer, decode_config, config.data.max_length)
         translator.checkpoint_paths = tuple(paths)
+        translator.config = config
         return translator
 
     # -- graph methods (exported) -----------------------------------------

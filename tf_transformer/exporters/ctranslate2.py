@@ -69,7 +69,7 @@ from tf_transformer.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID, DecodeConfig
 from tf_transformer.inputs.tokenizer import has_byte_fallback
 from tf_transformer.model import Transformer
 from tf_transformer.model.layers import SelfAttention
-from tf_transformer import model_dir as model_dir_lib
+from tf_transformer.model_dir import ModelDir, load_model
 
 try:
     import ctranslate2
@@ -206,7 +206,7 @@ def _set_ffn(spec, feed_forward, norm):
     _set_norm(spec.layer_norm, norm)
 
 
-def export_ctranslate2(model_dir: str, output_dir: str, checkpoint: str | None = None,
+def export_ctranslate2(model_dir: ModelDir, output_dir: str, checkpoint: str | None = None,
                        average_last: int | None = None, quantization: str | None = None,
                        force: bool = False) -> str:
     """Writes `model_dir`'s model as a CTranslate2 model directory; returns `output_dir`.
@@ -223,11 +223,11 @@ def export_ctranslate2(model_dir: str, output_dir: str, checkpoint: str | None =
         "int8_float32", "int16", "float16", "bfloat16", ...). Any type can also
         be chosen at load time with ctranslate2.Translator(compute_type=...).
     """
-    config, model, paths = model_dir_lib.load_model(model_dir, checkpoint, average_last or 0)
-    source_vocab, target_vocab = model_dir_lib.vocab_paths(model_dir)
+    config, model, paths = load_model(model_dir, checkpoint, average_last or 0)
+    source_vocab, target_vocab = model_dir.vocab_paths()
     with open(target_vocab, "rb") as f:
         forbid_unk = has_byte_fallback(f.read())  # as the Translator's search
-    metadata = {"model_dir": os.path.abspath(model_dir),
+    metadata = {"model_dir": os.path.abspath(model_dir.path),
                 "checkpoints": [os.path.abspath(p) for p in paths],
                 "averaged": len(paths) if average_last else 0,
                 "quantization": quantization or "float32",
@@ -273,7 +273,7 @@ def translate_options(decode: DecodeConfig, max_source_length: int | None = None
     return options
 
 
-def run_export(model_dir: str, export_dir: str, checkpoint: str | None = None,
+def run_export(model_dir: ModelDir, export_dir: str, checkpoint: str | None = None,
                average_last: int | None = None, quantization: str | None = None) -> str:
     """What `python -m export --format=ctranslate2` runs: converts into `export_dir`.
 

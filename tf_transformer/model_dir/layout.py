@@ -1,4 +1,4 @@
-"""The model directory: the one place a trained model lives.
+"""`ModelDir`: every path of the model-directory contract, and its small files.
 
 MODEL_DIR/
   config.json          the frozen Config (config.py): every hyperparameter
@@ -11,299 +11,301 @@ MODEL_DIR/
                        then the small index replaced atomically, so a crash
                        during a write leaves the previous checkpoint the one
                        restored)
+  .worker_<i>_scratch/ a non-chief worker's checkpoint writes, deleted after each
   input/worker_<i>/    each worker's input position at each checkpoint (training)
   best/                copies of the best checkpoints by dev score, `best.json`
                        (every evaluation, the kept ones best first) and an index
                        whose latest entry is the best
   train/, dev/         TensorBoard summaries
   init_from.json       a fine-tuned model's source: directory, checkpoint, step,
-                       vocabulary kept or remapped (fine_tuning.py)
+                       vocabulary kept or remapped (training/fine_tuning.py)
 
-Training writes it (`prepare_model_dir`, then checkpoints and best/);
-translation, evaluation, averaging and the exporters read it (`load_model`).
-An averaged directory (`write_averaged`) holds config, vocabulary and one
-weights-only checkpoint, and loads like any other.
+Training writes it (`prepare`, then checkpoints and best/); translation,
+evaluation, averaging and the exporters read it (loading.py). Nobody else joins
+a path onto a model directory (tests/test_model_dir.py reads the package's AST).
 """
 
 from __future__ import annotations
 
 import json
 import os
-from typing import Callable, NamedTuple
 
-import numpy as np
 import tensorflow as tf
 
 from tf_transformer.config import Config, ConfigError
 
+CONFIG_FILE = "config.json"
 VOCAB_FILE = "vocab.model"
 SOURCE_VOCAB_FILE = "source_vocab.model"
 TARGET_VOCAB_FILE = "target_vocab.model"
 BEST_DIR = "best"
 RECORD_FILE = "best.json"
 INIT_FROM_FILE = "init_from.json"
+INPUT_DIR = "input"
+SUMMARY_DIRS = ("train", "dev")
 BEST = "best"  # the --checkpoint value that names the best checkpoint(s)
 
 
-def checkpoint_paths(model_dir: str) -> list[str]:
-    """All checkpoints the manager still keeps, oldest first."""
-    state = tf.train.get_checkpoint_state(model_dir)
-    return list(state.all_model_checkpoint_paths) if state else []
+class ModelDir:
+    """The model directory at `path` (local or any tf.io.gfile file system).
 
+    Every path of the contract comes from here; config.json, the vocabularies,
+    best/'s record and init_from.json are read and written here.
+    """
 
-def resolve(path: str, model_dir: str | None = None) -> str:
-    """A checkpoint path, or a directory -> its latest checkpoint, or "best" -> the best
-    checkpoint of `model_dir` (selection.py); FileNotFoundError if none."""
-    if path == BEST:
-        if model_dir is None:
-            raise ValueError('checkpoint "best" needs the model_dir')
+    def __init__(self, path: str):
+        self.path = path
+
+    @classmethod
+    def of(cls, model_dir: ModelDir | str) -> ModelDir:
+        """`model_dir` itself, or the ModelDir of a path: for the callers that still pass
+        the path (training/trainer.py and train.py, until they hold a ModelDir)."""
+        return model_dir if isinstance(model_dir, ModelDir) else cls(model_dir)
+
+    def __repr__(self) -> str:
+        return f"ModelDir({self.path!r})"
+
+    def __str__(self) -> str:
+        return self.path
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, ModelDir) and other.path == self.path
+
+    def __hash__(self) -> int:
+        return hash(self.path)
+
+    def _join(self, *names: str) -> str:
+        return os.path.join(self.path, *names)
+
+    # -- config.json ----------------------------------------------------------
+    @property
+    def config_path(self) -> str:
+        return self._join(CONFIG_FILE)
+
+    def is_model_dir(self) -> bool:
+        """Whether the directory holds a config.json."""
+        return os.path.exists(self.config_path)
+
+    def read_config(self) -> Config:
+        """config.json; ConfigError if there is none."""
+        if not self.is_model_dir():
+            raise ConfigError(f"{self.config_path} not found: is {self.path} a model directory?")
+        with open(self.config_path) as f:
+            return Config.from_json(f.read())
+
+    def write_config(self, config: Config) -> str:
+        """Replaces config.json atomically (a temporary file, then a rename); returns its path."""
+        os.makedirs(self.path, exist_ok=True)
+        tmp = self.config_path + ".tmp"
+        with open(tmp, "w") as f:
+            f.write(config.to_json())
+        os.replace(tmp, self.config_path)
+        return self.config_path
+
+    # -- vocabularies ---------------------------------------------------------
+    @property
+    def shared_vocab_path(self) -> str:
+        return self._join(VOCAB_FILE)
+
+    @property
+    def separate_vocab_paths(self) -> tuple[str, str]:
+        """(source_vocab.model, target_vocab.model)."""
+        return self._join(SOURCE_VOCAB_FILE), self._join(TARGET_VOCAB_FILE)
+
+    def vocab_paths(self) -> tuple[str, str]:
+        """(source, target) SentencePiece models: vocab.model twice when shared, else
+        source_vocab.model and target_vocab.model; FileNotFoundError if none."""
+        if tf.io.gfile.exists(self.shared_vocab_path):
+            return self.shared_vocab_path, self.shared_vocab_path
+        if all(tf.io.gfile.exists(path) for path in self.separate_vocab_paths):
+            return self.separate_vocab_paths
+        raise FileNotFoundError(f"{self.path} holds neither {VOCAB_FILE} nor {SOURCE_VOCAB_FILE} "
+                                f"and {TARGET_VOCAB_FILE}: is it a model directory?")
+
+    def has_vocabularies(self) -> bool:
         try:
-            return best_checkpoints(model_dir, 1)[0]
-        except ValueError as error:
-            raise FileNotFoundError(str(error)) from None
-    found = tf.train.latest_checkpoint(path) if tf.io.gfile.isdir(path) else path
-    if not found:
-        raise FileNotFoundError(f"no checkpoint in {path}")
-    return found
+            self.vocab_paths()
+        except FileNotFoundError:
+            return False
+        return True
+
+    def read_vocabularies(self) -> tuple[bytes, bytes | None]:
+        """The serialized vocabularies as `prepare` takes them: (shared, None) or
+        (source, target)."""
+        protos = []
+        for path in dict.fromkeys(self.vocab_paths()):
+            with tf.io.gfile.GFile(path, "rb") as f:
+                protos.append(f.read())
+        return protos[0], (protos[1] if len(protos) > 1 else None)
+
+    def prepare(self, config: Config, vocab_proto: bytes,
+                target_vocab_proto: bytes | None = None) -> None:
+        """Writes config and vocabulary, or refuses a directory made for another model.
+
+        `vocab_proto` is the shared vocabulary (vocab.model), or with
+        `target_vocab_proto` the source side's (source_vocab.model, then
+        target_vocab.model; the model's embeddings must not be shared).
+        A run resumed with a different architecture or vocabulary would restore
+        mismatched weights or decode with the wrong pieces; both are refused here,
+        with the difference named.
+        """
+        if target_vocab_proto is None:
+            files = {self.shared_vocab_path: vocab_proto}
+            other_kind = self.separate_vocab_paths
+        else:
+            if config.model.share_embeddings:
+                raise ConfigError("separate source and target vocabularies need "
+                                  "share_embeddings=False")
+            files = dict(zip(self.separate_vocab_paths, (vocab_proto, target_vocab_proto)))
+            other_kind = (self.shared_vocab_path,)
+        for path in other_kind:
+            if os.path.exists(path):
+                kind = ("one shared vocabulary" if path == self.shared_vocab_path
+                        else "separate vocabularies")
+                raise ConfigError(f"{self.path} holds {os.path.basename(path)}: its model uses "
+                                  f"{kind}; use another --model_dir")
+        if self.is_model_dir():
+            existing = self.read_config()
+            if existing.model != config.model:
+                diffs = {k: (getattr(existing.model, k), getattr(config.model, k))
+                         for k in config.model.__dataclass_fields__
+                         if getattr(existing.model, k) != getattr(config.model, k)}
+                raise ConfigError(
+                    f"{self.path} holds a model with a different architecture "
+                    f"(existing, requested): {diffs}; use another --model_dir")
+        for vocab_path, proto in files.items():
+            if os.path.exists(vocab_path):
+                with open(vocab_path, "rb") as f:
+                    if f.read() != proto:
+                        raise ConfigError(f"{self.path} was trained with another vocabulary "
+                                          f"({vocab_path}); use another --model_dir")
+        self.write_config(config)
+        for vocab_path, proto in files.items():
+            if not os.path.exists(vocab_path):
+                tmp = vocab_path + ".tmp"
+                with open(tmp, "wb") as f:
+                    f.write(proto)
+                os.replace(tmp, vocab_path)
+
+    # -- checkpoints ----------------------------------------------------------
+    def checkpoint_paths(self) -> list[str]:
+        """All checkpoints the manager still keeps, oldest first."""
+        state = tf.train.get_checkpoint_state(self.path)
+        return list(state.all_model_checkpoint_paths) if state else []
+
+    def latest_checkpoint(self) -> str | None:
+        return tf.train.latest_checkpoint(self.path)
+
+    def last_checkpoints(self, num_last: int) -> list[str]:
+        """The newest `num_last` checkpoints kept; ValueError if fewer are kept."""
+        paths = self.checkpoint_paths()[-num_last:]
+        if len(paths) < num_last:
+            raise ValueError(f"{self.path} keeps {len(paths)} checkpoints, fewer than "
+                             f"{num_last} to average")
+        return paths
+
+    def resolve(self, checkpoint: str | None = None) -> str:
+        """None -> the latest checkpoint; "best" -> best/'s best; a directory -> its
+        latest checkpoint; a checkpoint path as it is. FileNotFoundError if none."""
+        if checkpoint == BEST:
+            try:
+                return self.best_checkpoints(1)[0]
+            except ValueError as error:
+                raise FileNotFoundError(str(error)) from None
+        path = checkpoint or self.path
+        found = tf.train.latest_checkpoint(path) if tf.io.gfile.isdir(path) else path
+        if not found:
+            raise FileNotFoundError(f"no checkpoint in {path}")
+        return found
+
+    def named_checkpoint(self, name: str) -> str:
+        """A checkpoint named inside the directory (`ckpt-300`)."""
+        return self._join(name)
+
+    def checkpoint_dir(self, worker_index: int, chief: bool) -> str:
+        """Where a worker's checkpoint manager writes: the chief into the directory
+        itself, other workers (which take part in every save) into a scratch
+        directory they delete after each save."""
+        return self.path if chief else self._join(f".worker_{worker_index}_scratch")
+
+    # -- training's other state -----------------------------------------------
+    def input_state_dir(self, worker_index: int) -> str:
+        """input/worker_<i>/: worker i's input position at each checkpoint."""
+        return self._join(INPUT_DIR, f"worker_{worker_index}")
+
+    def summaries_dir(self, name: str) -> str:
+        """train/ or dev/: TensorBoard summaries."""
+        if name not in SUMMARY_DIRS:
+            raise ValueError(f"summaries go to one of {SUMMARY_DIRS}, not {name!r}")
+        return self._join(name)
+
+    def write_init_from(self, record: dict) -> None:
+        """init_from.json: where a fine-tuned model's first weights came from
+        (fine_tuning.initialize's record), written through a temporary file and a rename."""
+        path = self._join(INIT_FROM_FILE)
+        tf.io.gfile.makedirs(self.path)
+        _write_json(path, record)
+
+    def read_init_from(self) -> dict | None:
+        """init_from.json, or None for a model trained from scratch."""
+        path = self._join(INIT_FROM_FILE)
+        if not tf.io.gfile.exists(path):
+            return None
+        with tf.io.gfile.GFile(path) as f:
+            return json.load(f)
+
+    # -- best/: the record of the best checkpoints (training/selection.py decides) --
+    @property
+    def best_dir(self) -> str:
+        return self._join(BEST_DIR)
+
+    def read_record(self) -> dict:
+        """best/best.json, or an empty record: {"metric", "evaluations", "best"}."""
+        path = os.path.join(self.best_dir, RECORD_FILE)
+        if not tf.io.gfile.exists(path):
+            return {"metric": None, "evaluations": [], "best": []}
+        with tf.io.gfile.GFile(path) as f:
+            return json.load(f)
+
+    def best_checkpoints(self, num_best: int = 1) -> list[str]:
+        """Paths of the `num_best` best checkpoints, best first; ValueError if fewer are kept."""
+        kept = self.read_record()["best"]
+        if len(kept) < num_best:
+            raise ValueError(f"{self.best_dir} keeps {len(kept)} best checkpoints, fewer than "
+                             f"{num_best} (is --dev_data set in training?)")
+        return [os.path.join(self.best_dir, entry["checkpoint"]) for entry in kept[:num_best]]
+
+    def best_summary(self) -> str:
+        """The done line's ' best=best/ckpt-N best_dev_bleu=X', or '' when none is kept."""
+        record = self.read_record()
+        return "".join(f" best={BEST_DIR}/{e['checkpoint']} best_{record['metric']}="
+                       f"{e[record['metric']]:.4f}" for e in record["best"][:1])
+
+    def write_record(self, record: dict, new_checkpoint: str | None = None) -> None:
+        """Replaces best/'s record, ordered for crashes: `new_checkpoint`'s files are
+        copied in first, then the record is replaced atomically, then the index is
+        pointed at the best, then files the record no longer names are deleted."""
+        directory = self.best_dir
+        tf.io.gfile.makedirs(directory)
+        if new_checkpoint:
+            _copy_checkpoint(new_checkpoint, directory)
+        _write_json(os.path.join(directory, RECORD_FILE), record)
+        names = [e["checkpoint"] for e in record["best"]]
+        if names:  # latest_checkpoint(best/) is the best one
+            tf.compat.v1.train.update_checkpoint_state(
+                directory, names[0], all_model_checkpoint_paths=names[::-1])
+        kept = set(names)
+        for path in tf.io.gfile.glob(os.path.join(directory, "*.index")) + \
+                tf.io.gfile.glob(os.path.join(directory, "*.data-*")):
+            if os.path.basename(path).split(".")[0] not in kept:
+                tf.io.gfile.remove(path)
 
 
-class LoadedModel(NamedTuple):
-    config: Config
-    model: tf.keras.Model
-    paths: list[str]  # the checkpoints the weights come from
-
-
-def load_model(model_dir: str, checkpoint: str | None = None, average_last: int = 0,
-               build_model_fn: Callable | None = None, dtype: str = "float32") -> LoadedModel:
-    """The model of `model_dir`/config.json with restored weights.
-
-    `checkpoint` (a path, a directory, or "best": model_dir/best/'s best) picks
-    one checkpoint; `average_last=N` averages the last N of model_dir in memory
-    (`average_into`), or with checkpoint="best" the N best; by default the
-    latest checkpoint of model_dir. An averaged directory (`write_averaged`)
-    loads like any model directory. `dtype="bfloat16"`: an inference model
-    whose weights are the restored ones rounded to bfloat16 (`cast_weights`).
-    """
-    if checkpoint and checkpoint != BEST and average_last:
-        raise ValueError('give either a checkpoint or average_last (with "best" or none), '
-                         "not both")
-    if build_model_fn is None:
-        from tf_transformer.model import build_model as build_model_fn
-    config = Config.load(model_dir)
-    model = build_model_fn(config.model)
-    if average_last:
-        paths = (best_checkpoints(model_dir, average_last)
-                 if checkpoint == BEST else last_checkpoints(model_dir, average_last))
-        average_into(model, paths)
-    else:
-        paths = [resolve(checkpoint or model_dir, model_dir)]
-        tf.train.Checkpoint(model=model).restore(paths[0]).expect_partial() \
-            .assert_existing_objects_matched()
-    if dtype != "float32":
-        model = cast_weights(model, build_model_fn(config.model, dtype=dtype))
-    return LoadedModel(config, model, paths)
-
-
-def cast_weights(model: tf.keras.Model, target: tf.keras.Model) -> tf.keras.Model:
-    """`target` (the same architecture, built under another dtype policy) with
-    `model`'s weights cast to its variables' dtypes; returns `target`."""
-    pairs = list(zip(model.weights, target.weights))
-    if len(model.weights) != len(target.weights) or any(
-            a.path != b.path or a.shape != b.shape for a, b in pairs):
-        raise ValueError("cast_weights needs two builds of the same architecture")
-    for source, variable in pairs:
-        variable.assign(tf.cast(source, variable.dtype))
-    return target
-
-
-def last_checkpoints(model_dir: str, num_last: int) -> list[str]:
-    """The newest `num_last` checkpoints kept in model_dir; ValueError if fewer are kept."""
-    paths = checkpoint_paths(model_dir)[-num_last:]
-    if len(paths) < num_last:
-        raise ValueError(f"{model_dir} keeps {len(paths)} checkpoints, fewer than {num_last} "
-                         "to average")
-    return paths
-
-
-def vocab_paths(model_dir: str) -> tuple[str, str]:
-    """(source, target) SentencePiece models of `model_dir`: vocab.model twice when
-    shared, else source_vocab.model and target_vocab.model; FileNotFoundError if none."""
-    shared = os.path.join(model_dir, VOCAB_FILE)
-    if tf.io.gfile.exists(shared):
-        return shared, shared
-    separate = (os.path.join(model_dir, SOURCE_VOCAB_FILE),
-                os.path.join(model_dir, TARGET_VOCAB_FILE))
-    if all(tf.io.gfile.exists(path) for path in separate):
-        return separate
-    raise FileNotFoundError(f"{model_dir} holds neither {VOCAB_FILE} nor {SOURCE_VOCAB_FILE} and "
-                            f"{TARGET_VOCAB_FILE}: is it a model directory?")
-
-
-def read_vocabularies(model_dir: str) -> tuple[bytes, bytes | None]:
-    """The serialized vocabularies as prepare_model_dir takes them: (shared, None) or
-    (source, target)."""
-    source, target = vocab_paths(model_dir)
-    protos = []
-    for path in dict.fromkeys((source, target)):
-        with tf.io.gfile.GFile(path, "rb") as f:
-            protos.append(f.read())
-    return protos[0], (protos[1] if len(protos) > 1 else None)
-
-
-def prepare_model_dir(model_dir: str, config: Config, vocab_proto: bytes,
-                      target_vocab_proto: bytes | None = None) -> None:
-    """Writes config and vocabulary, or refuses a directory made for another model.
-
-    `vocab_proto` is the shared vocabulary (vocab.model), or with
-    `target_vocab_proto` the source side's (source_vocab.model, then
-    target_vocab.model; the model's embeddings must not be shared).
-    A run resumed with a different architecture or vocabulary would restore
-    mismatched weights or decode with the wrong pieces; both are refused here,
-    with the difference named.
-    """
-    config_path = os.path.join(model_dir, "config.json")
-    if target_vocab_proto is None:
-        files = {VOCAB_FILE: vocab_proto}
-        other_kind = (SOURCE_VOCAB_FILE, TARGET_VOCAB_FILE)
-    else:
-        if config.model.share_embeddings:
-            raise ConfigError("separate source and target vocabularies need "
-                              "share_embeddings=False")
-        files = {SOURCE_VOCAB_FILE: vocab_proto, TARGET_VOCAB_FILE: target_vocab_proto}
-        other_kind = (VOCAB_FILE,)
-    for name in other_kind:
-        if os.path.exists(os.path.join(model_dir, name)):
-            kind = "one shared vocabulary" if name == VOCAB_FILE else "separate vocabularies"
-            raise ConfigError(f"{model_dir} holds {name}: its model uses {kind}; "
-                              "use another --model_dir")
-    if os.path.exists(config_path):
-        existing = Config.load(model_dir)
-        if existing.model != config.model:
-            diffs = {k: (getattr(existing.model, k), getattr(config.model, k))
-                     for k in config.model.__dataclass_fields__
-                     if getattr(existing.model, k) != getattr(config.model, k)}
-            raise ConfigError(
-                f"{model_dir} holds a model with a different architecture "
-                f"(existing, requested): {diffs}; use another --model_dir")
-    for name, proto in files.items():
-        vocab_path = os.path.join(model_dir, name)
-        if os.path.exists(vocab_path):
-            with open(vocab_path, "rb") as f:
-                if f.read() != proto:
-                    raise ConfigError(f"{model_dir} was trained with another vocabulary "
-                                      f"({vocab_path}); use another --model_dir")
-    os.makedirs(model_dir, exist_ok=True)
-    config.save(model_dir)
-    for name, proto in files.items():
-        vocab_path = os.path.join(model_dir, name)
-        if not os.path.exists(vocab_path):
-            tmp = vocab_path + ".tmp"
-            with open(tmp, "wb") as f:
-                f.write(proto)
-            os.replace(tmp, vocab_path)
-
-
-def write_init_from(model_dir: str, record: dict) -> None:
-    """MODEL_DIR/init_from.json: where a fine-tuned model's first weights came from
-    (fine_tuning.initialize's record), written through a temporary file and a rename."""
-    path = os.path.join(model_dir, INIT_FROM_FILE)
-    tf.io.gfile.makedirs(model_dir)
+def _write_json(path: str, value: dict) -> None:
+    """`value` as JSON at `path`, through a temporary file and a rename."""
     with tf.io.gfile.GFile(path + ".tmp", "w") as f:
-        json.dump(record, f, indent=1)
+        json.dump(value, f, indent=1)
     tf.io.gfile.rename(path + ".tmp", path, overwrite=True)
-
-
-def read_init_from(model_dir: str) -> dict | None:
-    """MODEL_DIR/init_from.json, or None for a model trained from scratch."""
-    path = os.path.join(model_dir, INIT_FROM_FILE)
-    if not tf.io.gfile.exists(path):
-        return None
-    with tf.io.gfile.GFile(path) as f:
-        return json.load(f)
-
-
-def average_into(model: tf.keras.Model, paths: list[str]) -> None:
-    """Sets the model's weights to the arithmetic mean of the given checkpoints.
-
-    Averaging happens in float64 over the model's own variables, restored one
-    checkpoint at a time, so memory holds one extra copy of the weights.
-    """
-    if not paths:
-        raise ValueError("no checkpoints to average")
-    total = [np.zeros(v.shape, np.float64) for v in model.weights]
-    for path in paths:
-        tf.train.Checkpoint(model=model).restore(path).expect_partial().assert_existing_objects_matched()
-        for acc, var in zip(total, model.weights):
-            acc += var.numpy().astype(np.float64)
-    for acc, var in zip(total, model.weights):
-        var.assign((acc / len(paths)).astype(var.dtype))
-
-
-def write_averaged(model_dir: str, num_last: int, output_dir: str, build_model_fn,
-                   checkpoint: str | None = None) -> str:
-    """Averages the last `num_last` checkpoints of `model_dir` (checkpoint="best": the
-    `num_last` best) into a new model directory.
-
-    The output holds config.json, the vocabularies and one weights-only
-    checkpoint (numbered by the newest step averaged), so translate, evaluate
-    and export accept it like a model_dir.
-    """
-    config, model, paths = load_model(model_dir, checkpoint, average_last=num_last,
-                                      build_model_fn=build_model_fn)
-    prepare_model_dir(output_dir, config, *read_vocabularies(model_dir))
-    step = tf.Variable(max(int(p.rsplit("-", 1)[-1]) for p in paths), dtype=tf.int64)
-    manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model, step=step), output_dir,
-                                         max_to_keep=1, checkpoint_name="averaged")
-    return manager.save(checkpoint_number=int(step.numpy()))
-
-
-# -- best/: the record of the best checkpoints (training/selection.py decides) ----
-def read_record(model_dir: str) -> dict:
-    """MODEL_DIR/best/best.json, or an empty record: {"metric", "evaluations", "best"}."""
-    path = os.path.join(model_dir, BEST_DIR, RECORD_FILE)
-    if not tf.io.gfile.exists(path):
-        return {"metric": None, "evaluations": [], "best": []}
-    with tf.io.gfile.GFile(path) as f:
-        return json.load(f)
-
-
-def best_checkpoints(model_dir: str, num_best: int = 1) -> list[str]:
-    """Paths of the `num_best` best checkpoints, best first; ValueError if fewer are kept."""
-    kept = read_record(model_dir)["best"]
-    if len(kept) < num_best:
-        raise ValueError(f"{os.path.join(model_dir, BEST_DIR)} keeps {len(kept)} best "
-                         f"checkpoints, fewer than {num_best} (is --dev_data set in training?)")
-    return [os.path.join(model_dir, BEST_DIR, entry["checkpoint"]) for entry in kept[:num_best]]
-
-
-def best_summary(model_dir: str) -> str:
-    """The done line's ' best=best/ckpt-N best_dev_bleu=X', or '' when none is kept."""
-    record = read_record(model_dir)
-    return "".join(f" best={BEST_DIR}/{e['checkpoint']} best_{record['metric']}="
-                   f"{e[record['metric']]:.4f}" for e in record["best"][:1])
-
-
-def write_record(model_dir: str, record: dict, new_checkpoint: str | None = None) -> None:
-    """Replaces best/'s record, ordered for crashes: `new_checkpoint`'s files are
-    copied in first, then the record is replaced atomically, then the index is
-    pointed at the best, then files the record no longer names are deleted."""
-    directory = os.path.join(model_dir, BEST_DIR)
-    tf.io.gfile.makedirs(directory)
-    if new_checkpoint:
-        _copy_checkpoint(new_checkpoint, directory)
-    path = os.path.join(directory, RECORD_FILE)
-    with tf.io.gfile.GFile(path + ".tmp", "w") as f:
-        json.dump(record, f, indent=1)
-    tf.io.gfile.rename(path + ".tmp", path, overwrite=True)
-    names = [e["checkpoint"] for e in record["best"]]
-    if names:  # latest_checkpoint(best/) is the best one
-        tf.compat.v1.train.update_checkpoint_state(
-            directory, names[0], all_model_checkpoint_paths=names[::-1])
-    kept = set(names)
-    for path in tf.io.gfile.glob(os.path.join(directory, "*.index")) + \
-            tf.io.gfile.glob(os.path.join(directory, "*.data-*")):
-        if os.path.basename(path).split(".")[0] not in kept:
-            tf.io.gfile.remove(path)
 
 
 def _copy_checkpoint(prefix: str, directory: str) -> str:

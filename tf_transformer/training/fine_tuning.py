@@ -22,19 +22,19 @@ from collections.abc import Sequence
 import numpy as np
 import tensorflow as tf
 
-from tf_transformer import model_dir as model_dir_lib
 from tf_transformer.config import EOS_ID, ConfigError
 from tf_transformer.inputs.tokenizer import Tokenizer
+from tf_transformer.model_dir import BEST, ModelDir, load_model
 
 
-def source_checkpoint(model_dir: str, checkpoint: str | None = None) -> str:
+def source_checkpoint(model_dir: ModelDir, checkpoint: str | None = None) -> str:
     """The checkpoint CHECKPOINT of --init_from=MODEL_DIR[:CHECKPOINT] names: the latest
-    (None), "best" (model_dir.resolve), a path, or a name inside MODEL_DIR (ckpt-300)."""
-    if checkpoint and checkpoint != model_dir_lib.BEST and not _exists(checkpoint):
-        inside = os.path.join(model_dir, checkpoint)
+    (None), "best" (ModelDir.resolve), a path, or a name inside MODEL_DIR (ckpt-300)."""
+    if checkpoint and checkpoint != BEST and not _exists(checkpoint):
+        inside = model_dir.named_checkpoint(checkpoint)
         if _exists(inside):
             checkpoint = inside
-    path = model_dir_lib.resolve(checkpoint or model_dir, model_dir)
+    path = model_dir.resolve(checkpoint)
     if not _exists(path):
         raise FileNotFoundError(f"no checkpoint {checkpoint} in {model_dir} nor at that path")
     return path
@@ -67,23 +67,23 @@ def remap_rows(old_table: np.ndarray, fresh_table: np.ndarray,
     return np.where(kept, old_table[np.maximum(mapping, 0)], fresh_table)
 
 
-def initialize(model: tf.keras.Model, source_dir: str, checkpoint: str | None,
+def initialize(model: tf.keras.Model, source_dir: ModelDir, checkpoint: str | None,
                vocab_proto: bytes | None) -> dict:
     """Sets `model`'s weights to the checkpoint of `source_dir` (`source_checkpoint`).
 
     `model`: a fresh build of the source's architecture whose shared vocabulary is
     `vocab_proto`, or None for the source's own vocabularies, kept as they are (a
     model with separate ones); call inside its distribution strategy's scope.
-    Returns the record of where the weights came from (model_dir.write_init_from).
+    Returns the record of where the weights came from (ModelDir.write_init_from).
     """
     path = source_checkpoint(source_dir, checkpoint)
-    source = model_dir_lib.load_model(source_dir, path)
-    record = {"model_dir": os.path.abspath(source_dir), "checkpoint": os.path.abspath(path),
+    source = load_model(source_dir, path)
+    record = {"model_dir": os.path.abspath(source_dir.path), "checkpoint": os.path.abspath(path),
               "step": _step(path), "vocabulary": "source"}
     mapping = None
     source_proto = vocab_proto
     if vocab_proto is not None:
-        with tf.io.gfile.GFile(os.path.join(source_dir, model_dir_lib.VOCAB_FILE), "rb") as f:
+        with tf.io.gfile.GFile(source_dir.shared_vocab_path, "rb") as f:
             source_proto = f.read()
     if source_proto != vocab_proto:
         if not source.config.model.share_embeddings:
@@ -112,16 +112,19 @@ def initialize(model: tf.keras.Model, source_dir: str, checkpoint: str | None,
     return record
 
 
-def start(model: tf.keras.Model, model_dir: str, source_dir: str, checkpoint: str | None,
-          vocab_proto: bytes | None, write_record: bool = True) -> dict | None:
+def start(model: tf.keras.Model, model_dir: ModelDir | str, source_dir: ModelDir,
+          checkpoint: str | None, vocab_proto: bytes | None,
+          write_record: bool = True) -> dict | None:
     """`initialize`s the model of a new fine-tuned `model_dir` and (`write_record`: the
     chief) writes the record to model_dir/init_from.json; returns the record. Nothing (None)
-    once model_dir holds a checkpoint: that directory resumes, it is never re-initialised."""
-    if model_dir_lib.checkpoint_paths(model_dir):
+    once model_dir holds a checkpoint: that directory resumes, it is never re-initialised.
+    `model_dir` may still be a path (train.py's, until it holds a ModelDir)."""
+    model_dir = ModelDir.of(model_dir)
+    if model_dir.checkpoint_paths():
         return None
     record = initialize(model, source_dir, checkpoint, vocab_proto)
     if write_record:
-        model_dir_lib.write_init_from(model_dir, record)
+        model_dir.write_init_from(record)
     return record
 
 

@@ -6,7 +6,7 @@ rebuilt pipeline would re-tokenise the whole consumed stream. Instead each
 worker saves its iterator (shuffle buffer, bucket windows and prefetched
 batches included) next to the model checkpoint, under its own directory
 
-  model_dir/input/worker_<i>/input-<step>
+  model_dir/input/worker_<i>/input-<step>   (ModelDir.input_state_dir)
 
 (workers read different shards, so each keeps its own). The cost is the size
 of those buffers; `last_save` records bytes and seconds of the latest save.
@@ -27,6 +27,8 @@ import time
 
 import tensorflow as tf
 from absl import logging
+
+from tf_transformer.model_dir import ModelDir
 
 
 class Staged:
@@ -76,8 +78,8 @@ class Staged:
 
 
 class InputCheckpoint:
-    def __init__(self, model_dir: str, worker_index: int, max_to_keep: int):
-        self.directory = os.path.join(model_dir, "input", f"worker_{worker_index}")
+    def __init__(self, model_dir: ModelDir | str, worker_index: int, max_to_keep: int):
+        self.directory = ModelDir.of(model_dir).input_state_dir(worker_index)
         self.max_to_keep = max_to_keep
         self.manager = None
         self.last_save = {"bytes": 0, "seconds": 0.0}

@@ -1,6 +1,6 @@
 """Model selection: the N best checkpoints by dev score, kept apart, and early stopping.
 
-MODEL_DIR/best/ (model_dir.py reads and writes it) holds copies of the rolling
+MODEL_DIR/best/ (model_dir/layout.py reads and writes it) holds copies of the rolling
 checkpoints that scored best (the full training checkpoint, so a best one can
 also be resumed from), `best.json` (the record: every evaluation, and the kept
 ones best first) and a TensorFlow `checkpoint` index whose latest entry is the
@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 from absl import logging
 
-from tf_transformer import model_dir as model_dir_lib
+from tf_transformer.model_dir import ModelDir
 
 
 def score_of(metrics: dict) -> tuple[str, float]:
@@ -42,13 +42,13 @@ class ModelSelection:
     checkpoint) are forgotten.
     """
 
-    def __init__(self, model_dir: str, keep_best: int, early_stop: int = 0, chief: bool = True,
-                 start_step: int = 0, log_fn: Callable[[str], None] = logging.info):
-        self.model_dir = model_dir
-        self.directory = os.path.join(model_dir, model_dir_lib.BEST_DIR)
+    def __init__(self, model_dir: ModelDir | str, keep_best: int, early_stop: int = 0,
+                 chief: bool = True, start_step: int = 0,
+                 log_fn: Callable[[str], None] = logging.info):
+        self.model_dir = ModelDir.of(model_dir)
         self.keep_best, self.early_stop, self.chief = keep_best, early_stop, chief
         self.log_fn = log_fn
-        record = model_dir_lib.read_record(model_dir)
+        record = self.model_dir.read_record()
         self.metric = record["metric"]
         self.evaluations = [e for e in record["evaluations"] if e["step"] <= start_step]
         self.best = [e for e in record["best"] if e["step"] <= start_step]
@@ -69,8 +69,9 @@ class ModelSelection:
         """Records one evaluation; returns whether it is a new best. Writes on the chief."""
         metric, score = score_of(metrics)
         if self.metric not in (None, metric):
-            raise ValueError(f"{self.directory} selects by {self.metric}, this run by {metric}: "
-                             "give the same dev data and --dev_bleu_sentences or a new model_dir")
+            raise ValueError(f"{self.model_dir.best_dir} selects by {self.metric}, this run by "
+                             f"{metric}: give the same dev data and --dev_bleu_sentences or a new "
+                             "model_dir")
         self.metric = metric
         improved = self.best_score is None or score > self.best_score
         self.evaluations = [e for e in self.evaluations if e["step"] != step]
@@ -96,4 +97,4 @@ class ModelSelection:
 
     def _write(self, new_checkpoint: str | None) -> None:
         record = {"metric": self.metric, "best": self.best, "evaluations": self.evaluations}
-        model_dir_lib.write_record(self.model_dir, record, new_checkpoint)
+        self.model_dir.write_record(record, new_checkpoint)

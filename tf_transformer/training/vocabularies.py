@@ -14,8 +14,8 @@ import os
 
 from absl import logging
 
-from tf_transformer import model_dir as model_dir_lib
 from tf_transformer.inputs import tokenizer
+from tf_transformer.model_dir import ModelDir
 from tf_transformer.training import distribution
 
 
@@ -41,39 +41,33 @@ class VocabularyRequest:
                                            self.target_size))
 
 
-def vocabularies(request: VocabularyRequest, model_dir: str, train_corpus, chief: bool,
-                 init_from_dir: str | None = None):
+def vocabularies(request: VocabularyRequest, model_dir: ModelDir | str, train_corpus,
+                 chief: bool, init_from_dir: ModelDir | None = None):
     """The shared Tokenizer, or a TokenizerPair for separate vocabularies.
 
     With `init_from_dir` (fine-tuning) and nothing asked beyond a shared --vocab,
-    the source model directory's own vocabularies (as long as model_dir has none)."""
+    the source model directory's own vocabularies (as long as model_dir has none).
+    `model_dir` may still be a path (train.py's, until it holds a ModelDir)."""
+    model_dir = ModelDir.of(model_dir)
     if init_from_dir and not request.separate and not request.shared:
-        source, target = model_dir_lib.vocab_paths(init_from_dir)
-        kept = model_dir_lib.vocab_paths(model_dir) if _has_vocabularies(model_dir) else None
-        source, target = kept or (source, target)
+        source, target = init_from_dir.vocab_paths()
+        if model_dir.has_vocabularies():
+            source, target = model_dir.vocab_paths()
         if source == target:
             return tokenizer.Tokenizer(source)
         return tokenizer.TokenizerPair(tokenizer.Tokenizer(source), tokenizer.Tokenizer(target))
     if not request.separate:
         return tokenizer.Tokenizer(_vocabulary(
-            request.shared, os.path.join(model_dir, model_dir_lib.VOCAB_FILE), request.size,
+            request.shared, model_dir.shared_vocab_path, request.size,
             None, request.byte_fallback, train_corpus, chief))
     pair = []
-    for side, path, size, file_name in (
-            ("source", request.source, request.source_size, model_dir_lib.SOURCE_VOCAB_FILE),
-            ("target", request.target, request.target_size, model_dir_lib.TARGET_VOCAB_FILE)):
+    for side, path, size, default_path in zip(
+            ("source", "target"), (request.source, request.target),
+            (request.source_size, request.target_size), model_dir.separate_vocab_paths):
         pair.append(tokenizer.Tokenizer(_vocabulary(
-            path, os.path.join(model_dir, file_name), size or request.size, side,
+            path, default_path, size or request.size, side,
             request.byte_fallback, train_corpus, chief)))
     return tokenizer.TokenizerPair(*pair)
-
-
-def _has_vocabularies(model_dir: str) -> bool:
-    try:
-        model_dir_lib.vocab_paths(model_dir)
-        return True
-    except FileNotFoundError:
-        return False
 
 
 def _vocabulary(path: str | None, default_path: str, size: int, side: str | None,
