@@ -33,10 +33,10 @@ timing (first_call_s: that run, compile included); the figure is the median
 of --repeats runs.
 
 With --profile: instead, where one search's time goes (beam 4, batch --batch,
-random sources of 32; with --sources, --profile_batches real batches): the TensorFlow profiler's op self times grouped by op type
-and the top ops by name (needs `xprof`, as bench.profile_train_step); with
---jit_compile, the executed HLO ops instead (XLA's own trace events, grouped
-by name without the numeric suffix: all `gather_bitcast_fusion.N` together).
+random sources of 32; with --sources, --profile_batches real batches): the
+TensorFlow profiler's op self times grouped by op type and the top ops by name
+(needs `xprof`); with --jit_compile, the executed HLO ops instead (XLA's own trace
+events, grouped by name without the numeric suffix: all `gather_bitcast_fusion.N` together).
 """
 
 import collections
@@ -47,14 +47,10 @@ import statistics
 import tempfile
 import time
 
-import numpy as np
-import tensorflow as tf
 from absl import app, flags
 
-from tf_transformer import presets
+from tf_transformer import presets, process_defaults
 from tf_transformer.config import EOS_ID, DecodeConfig
-from tf_transformer.decoding.translator import Translator
-from tf_transformer.model import build_model
 
 MODEL_DIR = flags.DEFINE_string("model_dir", None, "A trained model; default random `small`.")
 PRESET = flags.DEFINE_string("preset", "small", "Preset for random weights.")
@@ -84,52 +80,63 @@ INTRA_OP = flags.DEFINE_integer(
     "serving setting of decode_peer.py --threads=1.")
 
 
-class _CountedTranslator(Translator):
-    """The same search with its decode steps and decoder rows counted. The
-    counters' variable updates order parallel searches one after the other, so
-    timings come from an uncounted Translator and the counts from a separate run."""
+class _StepCounter:
+    """The model's decode_step with its calls and decoder rows counted (a Translator's
+    `decode_step`). The counters' variable updates order parallel searches one after the
+    other, so timings come from an uncounted Translator and the counts from a separate run."""
 
-    def __init__(self, model, *args, **kwargs):
+    def __init__(self, model):
+        import tensorflow as tf
+
+        self.model = model
         self.steps = tf.Variable(0, dtype=tf.int64, trainable=False)
         self.rows = tf.Variable(0, dtype=tf.int64, trainable=False)
 
-        def counted(ids, step, cache):
-            self.steps.assign_add(1)
-            self.rows.assign_add(tf.cast(tf.shape(ids)[0], tf.int64))
-            return model.decode_step(ids, step, cache)
+    def __call__(self, ids, step, cache):
+        import tensorflow as tf
 
-        super().__init__(model, *args, decode_step=counted, **kwargs)
+        self.steps.assign_add(1)
+        self.rows.assign_add(tf.cast(tf.shape(ids)[0], tf.int64))
+        return self.model.decode_step(ids, step, cache)
 
-    def count(self, sources) -> tuple[int, int]:
-        """(decode steps, decoder rows) of searching each batch in `sources` once."""
+    def count(self, translator, sources) -> tuple[int, int]:
+        """(decode steps, decoder rows) of `translator` searching each batch once."""
         self.steps.assign(0)
         self.rows.assign(0)
         for source in sources:
-            self.translate_ids(source)["lengths"].numpy()
+            translator.translate_ids(source)["lengths"].numpy()
         return int(self.steps.numpy()), int(self.rows.numpy())
 
 
-def _translator(beam_size: int) -> tuple[Translator, _CountedTranslator]:
-    """A translator to time and its counted twin on the same model."""
+def _translator(beam_size: int) -> tuple:
+    """(a Translator to time, its counted twin on the same model, the twin's counter)."""
+    from tf_transformer.decoding.translator import Translator
+    from tf_transformer.model import build_model
+    from tf_transformer.model_dir import ModelDir
+
     decode = DecodeConfig(beam_size=beam_size, extra_length=EXTRA.value, jit_compile=JIT.value,
                           parallel_searches=PARALLEL.value, dtype=DTYPE.value)
     if MODEL_DIR.value:
-        translator = Translator.from_model_dir(MODEL_DIR.value, decode_config=decode)
+        translator = Translator.from_model_dir(ModelDir(MODEL_DIR.value), decode_config=decode)
     else:  # ids only: no tokenizer needed
         random.seed(1)  # Keras draws its default seeds from Python's random
         config = presets.get_preset(PRESET.value)
         model = build_model(config.model, dtype=None if DTYPE.value == "float32" else DTYPE.value)
         translator = Translator(model, None, decode, config.data.max_length)
-    counted = _CountedTranslator(translator.model, translator.tokenizer, decode,
-                                 translator.max_source_length)
-    return translator, counted
+    counter = _StepCounter(translator.model)
+    counted = Translator(translator.model, translator.tokenizer, decode,
+                         translator.max_source_length, decode_step=counter)
+    return translator, counted, counter
 
 
-def _search_fn(translator: Translator):
+def _search_fn(translator):
     return lambda source: translator.translate_ids(source)["lengths"]
 
 
-def _source(translator, batch: int, source_length: int, mixed: bool = False) -> tf.Tensor:
+def _source(translator, batch: int, source_length: int, mixed: bool = False):
+    import numpy as np
+    import tensorflow as tf
+
     rng = np.random.default_rng(0)
     source = rng.integers(4, translator.model.vocab_size, size=(batch, source_length))
     ends = (rng.integers(int(MIXED.value[0]), int(MIXED.value[1]) + 1, size=batch) if mixed
@@ -139,32 +146,23 @@ def _source(translator, batch: int, source_length: int, mixed: bool = False) -> 
     return tf.constant(source.astype(np.int32))
 
 
-def _live_row_steps(counted, source) -> int:
+def _live_row_steps(counted, counter, source) -> int:
     """Rows of sentences still decoding: the graph-mode search shrinks to them."""
+    import tensorflow as tf
+
     search = counted.model_search.beam_search(source, counted.alpha, counted.extra_length, 1)
     if not getattr(search, "shrink", False):
         return -1  # a search that keeps finished sentences cannot count them
     model = counted.model
     cache = model.initial_cache(model.encode(source, training=False), source)
-    counted.rows.assign(0)
+    counter.rows.assign(0)
     tf.function(lambda c: search.finish(search.advance(search.start(c))).lengths)(cache)
-    return int(counted.rows.numpy())
+    return int(counter.rows.numpy())
 
 
-def _figures(seconds, sentences, tokens, counted, sources, first_call, busy) -> dict:
-    num_steps, row_steps = counted.count(sources)
-    live = sum(_live_row_steps(counted, source) for source in sources)
-    return {"sentences_per_sec": sentences / seconds, "ms_per_sentence": 1000 * seconds / sentences,
-            "tokens_per_sec": tokens / seconds, "steps": num_steps,
-            "ms_per_step": 1000 * seconds / max(num_steps, 1), "seconds": seconds,
-            "row_steps": row_steps, "live_row_steps": live,
-            "occupancy": live / row_steps if live > 0 else float("nan"),
-            "first_call_s": first_call, "cores_busy": busy}
-
-
-def _timed(translator, sources) -> tuple[float, int, float, float]:
-    """All `sources` once untimed (traces, compiles), then --repeats timed passes:
-    (median seconds, output tokens, first pass seconds, median cores busy)."""
+def _measure(translator, counted, counter, sources, sentences: int) -> dict:
+    """All `sources` once untimed (traces, compiles), then --repeats timed passes (the
+    median), and the steps and rows of a counted pass."""
     search = _search_fn(translator)
     start = time.perf_counter()
     for source in sources:
@@ -176,17 +174,27 @@ def _timed(translator, sources) -> tuple[float, int, float, float]:
         tokens = sum(int(search(source).numpy().sum()) for source in sources)
         times.append(time.perf_counter() - start)
         busy.append((time.process_time() - cpu_start) / times[-1])
-    return statistics.median(times), tokens, first_call, statistics.median(busy)
+    seconds = statistics.median(times)
+    num_steps, row_steps = counter.count(counted, sources)
+    live = sum(_live_row_steps(counted, counter, source) for source in sources)
+    return {"sentences_per_sec": sentences / seconds, "ms_per_sentence": 1000 * seconds / sentences,
+            "tokens_per_sec": tokens / seconds, "steps": num_steps,
+            "ms_per_step": 1000 * seconds / max(num_steps, 1), "seconds": seconds,
+            "row_steps": row_steps, "live_row_steps": live,
+            "occupancy": live / row_steps if live > 0 else float("nan"),
+            "first_call_s": first_call, "cores_busy": statistics.median(busy)}
 
 
-def _measure(translator, counted, batch: int, source_length: int, mixed: bool = False) -> dict:
-    source = _source(translator, batch, source_length, mixed)
-    seconds, tokens, first_call, busy = _timed(translator, [source])
-    return _figures(seconds, batch, tokens, counted, [source], first_call, busy)
+def _measure_random(translators, batch: int, source_length: int, mixed: bool = False) -> dict:
+    source = _source(translators[0], batch, source_length, mixed)
+    return _measure(*translators, [source], batch)
 
 
 def _real_batches(translator) -> list:
     """--sources as id batches of --batch sentences, sorted by tokenized length."""
+    import numpy as np
+    import tensorflow as tf
+
     with open(SOURCES.value, encoding="utf-8") as f:
         lines = [line.rstrip("\n") for line in f]
     ids = [translator.source_ids(tf.constant(lines[i:i + 256])) for i in range(0, len(lines), 256)]
@@ -200,19 +208,23 @@ def _real_batches(translator) -> list:
     return batches
 
 
-def _measure_real(translator, counted, batches) -> dict:
-    seconds, tokens, first_call, busy = _timed(translator, batches)
-    sentences = sum(int(b.shape[0]) for b in batches)
-    return _figures(seconds, sentences, tokens, counted, batches, first_call, busy)
-
-
 def _print(name: str, figures: dict, **settings):
     print(" ".join([name] + [f"{k}={v}" for k, v in settings.items()]
                    + [f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}"
                       for k, v in figures.items()]), flush=True)
 
 
-def _profile(translator, counted, batch: int = 32, source_length: int = 32):
+def _print_shares(title: str, totals: collections.Counter, num_steps: int, unit: float):
+    """The top --top of `totals` (in `unit` per millisecond) with their share and ms/step."""
+    print(title)
+    total = sum(totals.values())
+    for name, value in totals.most_common(TOP.value):
+        print(f"  {name[:70]:70s} {value / total:6.1%} {value / unit / max(num_steps, 1):7.2f} ms/step")
+
+
+def _profile(translator, counted, counter, batch: int = 32, source_length: int = 32):
+    import tensorflow as tf
+
     from bench.timing import op_stats, xla_op_times
 
     if SOURCES.value:
@@ -233,17 +245,15 @@ def _profile(translator, counted, batch: int = 32, source_length: int = 32):
         search(source).numpy()
     seconds = time.perf_counter() - start
     tf.profiler.experimental.stop()
-    num_steps, _ = counted.count(sources)
+    num_steps, _ = counter.count(counted, sources)
     print(f"profile beam=4 {what} steps={num_steps} "
           f"ms_per_step={1000 * seconds / max(num_steps, 1):.2f} (under the profiler)")
     if JIT.value:
         totals = collections.Counter()
         for name, ms in xla_op_times(logdir).items():
             totals[re.sub(r"([._]\d+)+$", "", name)] += ms
-        total = sum(totals.values())
-        print(f"by HLO op (share of {total:.0f} ms of HLO time; MatMul/dot: the matrix products)")
-        for name, ms in totals.most_common(TOP.value):
-            print(f"  {name[:70]:70s} {ms / total:6.1%} {ms / max(num_steps, 1):7.2f} ms/step")
+        _print_shares(f"by HLO op (share of {sum(totals.values()):.0f} ms of HLO time; "
+                      "MatMul/dot: the matrix products)", totals, num_steps, 1)
         return
     rows = op_stats(logdir)
     for key, title in (("type", "by op type"), ("operation", "by op")):
@@ -253,20 +263,21 @@ def _profile(translator, counted, batch: int = 32, source_length: int = 32):
             if key == "operation":  # the loop body's op, summed over parallel searches
                 name = f'{name.rsplit("/while/", 1)[-1]} ({row.get("type", "?")})'
             totals[name] += float(row.get("total_self_time", 0) or 0)
-        total = sum(totals.values())
-        print(f"{title} (share of {total / 1000:.0f} ms self time; IDLE: executor threads waiting)")
-        for name, micros in totals.most_common(TOP.value):
-            print(f"  {name[:70]:70s} {micros / total:6.1%} {micros / 1000 / max(num_steps, 1):7.2f} ms/step")
+        _print_shares(f"{title} (share of {sum(totals.values()) / 1000:.0f} ms self time; "
+                      "IDLE: executor threads waiting)", totals, num_steps, 1000)
 
 
 def main(argv):
     del argv
+    if PROFILE.value and JIT.value:  # XLA's per-HLO trace events (read when the first compile starts)
+        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
+                                   + " --xla_cpu_enable_xprof_traceme=true")
+    process_defaults.apply()  # before TensorFlow's import: the binaries' kernels
+    import tensorflow as tf
+
     if INTRA_OP.value:
         tf.config.threading.set_intra_op_parallelism_threads(INTRA_OP.value)
     if PROFILE.value:
-        if JIT.value:  # XLA's per-HLO trace events (read when the first compile starts)
-            os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
-                                       + " --xla_cpu_enable_xprof_traceme=true")
         _profile(*_translator(4), batch=BATCH.value)
         return
     weights = MODEL_DIR.value or f"random:{PRESET.value}"
@@ -276,19 +287,20 @@ def main(argv):
     translators = {k: _translator(k) for k in (4, 1)}
     for beam in (4, 1) if "throughput" in PARTS.value else ():
         for batch in (32, 1):
-            _print("throughput", _measure(*translators[beam], batch, 32), beam=beam,
+            _print("throughput", _measure_random(translators[beam], batch, 32), beam=beam,
                    batch=batch, source_length=32)
     for beam in (4, 1) if "mixed" in PARTS.value else ():
         for batch in (32, 1):
-            _print("mixed", _measure(*translators[beam], batch, int(MIXED.value[1]), mixed=True),
+            _print("mixed", _measure_random(translators[beam], batch, int(MIXED.value[1]), mixed=True),
                    beam=beam, batch=batch, source_lengths="-".join(MIXED.value))
     if SOURCES.value:
         batches = _real_batches(translators[4][0])
+        sentences = sum(int(b.shape[0]) for b in batches)
         for beam in map(int, REAL_BEAMS.value):
-            _print("real", _measure_real(*translators[beam], batches), beam=beam,
+            _print("real", _measure(*translators[beam], batches, sentences), beam=beam,
                    batch=BATCH.value)
     for length in map(int, LENGTHS.value) if "by_length" in PARTS.value else ():
-        _print("by_length", _measure(*translators[4], 32, length), beam=4, batch=32,
+        _print("by_length", _measure_random(translators[4], 32, length), beam=4, batch=32,
                source_length=length)
 
 

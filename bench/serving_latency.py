@@ -17,21 +17,14 @@ sentences, sentences per second. Each path is warmed up (traced) first.
 """
 
 import os
+import random
 import tempfile
 import time
 
-import numpy as np
-import tensorflow as tf
 from absl import app, flags
 
-import tf_transformer  # noqa: F401  (oneDNN on, before TensorFlow loads, as the binaries)
-from tf_transformer import presets
+from tf_transformer import presets, process_defaults
 from tf_transformer.config import DecodeConfig
-from tf_transformer.decoding.translator import Translator
-from tf_transformer.exporters import saved_model, warmup
-from tf_transformer.inputs import corpus, tokenizer
-from tf_transformer.model import build_model
-from tf_transformer import model_dir as model_dir_lib
 
 MODEL_DIR = flags.DEFINE_string("model_dir", None, "A trained model dir; default random `small`.")
 REQUESTS = flags.DEFINE_integer("requests", 30, "Batch-1 requests for the latency figures.")
@@ -45,23 +38,30 @@ DATA_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__
 
 
 def _random_small_model_dir(path: str) -> str:
-    import random
+    import tensorflow as tf
+
+    from tf_transformer.inputs import corpus, tokenizer
+    from tf_transformer.model import build_model
+    from tf_transformer.model_dir import ModelDir
+
     random.seed(1)  # Keras draws its default seeds from Python's random
     tf.keras.utils.set_random_seed(1)
     train = corpus.read_tsv(os.path.join(DATA_DIR, "train.tsv"))
     proto = tokenizer.train_sentencepiece(train, 8000)
     config = presets.get_preset("small", vocab_size=tokenizer.Tokenizer(proto).vocab_size)
-    model_dir_lib.prepare_model_dir(path, config, proto)
+    ModelDir(path).prepare(config, proto)
     model = build_model(config.model)
     tf.train.CheckpointManager(tf.train.Checkpoint(model=model), path, max_to_keep=1).save(0)
     return path
 
 
 def _latency(fn, sentences):
+    import numpy as np
+
     times = []
     for sentence in sentences:
         start = time.perf_counter()
-        fn(tf.constant([sentence]))["translation"].numpy()
+        fn([sentence])["translation"].numpy()
         times.append(time.perf_counter() - start)
     return 1000 * np.percentile(times, 50), 1000 * np.percentile(times, 99)
 
@@ -69,14 +69,22 @@ def _latency(fn, sentences):
 def _throughput(fn, batches):
     start = time.perf_counter()
     for batch in batches:
-        fn(tf.constant(batch))["translation"].numpy()
+        fn(batch)["translation"].numpy()
     return sum(map(len, batches)) / (time.perf_counter() - start)
 
 
 def main(argv):
     del argv
+    process_defaults.apply()  # before TensorFlow's import: the binaries' kernels
+    import numpy as np
+    import tensorflow as tf
+
+    from tf_transformer.decoding.translator import Translator
+    from tf_transformer.exporters import saved_model, warmup
+    from tf_transformer.model_dir import ModelDir
+
     work = tempfile.mkdtemp(prefix="bench_serving_")
-    model_dir = MODEL_DIR.value or _random_small_model_dir(os.path.join(work, "model"))
+    model_dir = ModelDir(MODEL_DIR.value or _random_small_model_dir(os.path.join(work, "model")))
     weights = MODEL_DIR.value or ("random (seeded) small preset, 8000-piece BPE on the "
                                   "embedded train split")
     decode = DecodeConfig(beam_size=BEAM.value, extra_length=EXTRA.value, nbest=BEAM.value)
@@ -84,7 +92,7 @@ def main(argv):
     used = translator.checkpoint_paths
     start = time.perf_counter()
     path = saved_model.export(translator, os.path.join(work, "export"),
-                             os.path.join(model_dir, model_dir_lib.VOCAB_FILE),
+                             model_dir.shared_vocab_path,
                              {"checkpoints": used}, warmup_sentences=())
     export_seconds = time.perf_counter() - start
     serve = tf.saved_model.load(path).signatures["serving_default"]
@@ -97,17 +105,17 @@ def main(argv):
           f"extra_length={EXTRA.value} cpus={os.cpu_count()} export_seconds={export_seconds:.1f} "
           f"requests={len(requests)} mean_source_tokens={tokens.mean():.1f} "
           f"onednn={os.environ.get('TF_ENABLE_ONEDNN_OPTS')}")
-    paths = {"translator": lambda text: translator.translate(text),
-             "saved_model": lambda text: serve(text=text)}
+    paths = {"translator": lambda lines: translator.translate(tf.constant(lines)),
+             "saved_model": lambda lines: serve(text=tf.constant(lines))}
     for name, fn in paths.items():
-        fn(tf.constant(requests[:1]))  # trace / warm up
-        fn(tf.constant(batches[0][:2]))
+        fn(requests[:1])  # trace / warm up
+        fn(batches[0][:2])
         p50, p99 = _latency(fn, requests)
         throughput = _throughput(fn, batches)
         print(f"{name:12s} batch1_p50_ms={p50:.0f} batch1_p99_ms={p99:.0f} "
               f"batch32_sentences_per_sec={throughput:.2f}", flush=True)
-    same = all(np.array_equal(paths["translator"](tf.constant(b))["translation"].numpy(),
-                              paths["saved_model"](tf.constant(b))["translation"].numpy())
+    same = all(np.array_equal(paths["translator"](b)["translation"].numpy(),
+                              paths["saved_model"](b)["translation"].numpy())
                for b in batches[:1])
     print(f"identical_outputs_first_batch={same}")
 

@@ -1,16 +1,8 @@
-"""The protocol's decoding benchmark (run_protocol.py step 5): each system's export
-decoded by decode_peer.py in its own venv, on the same length-sorted test sentences.
-
-Ours is measured three ways: the XLA export (`--decode_jit_compile`, one compiled
-search), the default export (two graph-mode searches side by side), and the default
-export with one intra-op thread per process (`decode_peer.py --threads=1`), the serving
-setting that lets those two searches run without waiting for each other's GEMM threads
-(TF Serving's `--tensorflow_intra_op_parallelism=1`, the C client's `--intra_op_threads=1`).
-On a CPU with AMX bfloat16 (run_protocol's --ours_export_dtypes) the same checkpoint is
-also exported in bfloat16 (`python -m export --dtype=bfloat16`: bfloat16 weights and
-products, float32 scores) and decoded with TensorFlow's default threads and with one
-intra-op thread. CTranslate2 (float32, int8) on our converted weights and OpenNMT-tf's own
-export are the peers.
+"""The protocol's decoding benchmark: each system's export decoded by decode_peer.py in its
+own venv, on the same length-sorted test sentences: our exports (XLA, default, default with
+one intra-op thread, the C client; bfloat16 ones on a CPU with AMX bfloat16) against
+CTranslate2 (float32, int8) on our weights and OpenNMT-tf's own export
+(bench/compare/README.md, "tf_transformer" and "How each figure is measured").
 """
 
 import json
@@ -91,7 +83,8 @@ def decode_all(args, work, d, results):
             results["decode"]["ours_c_client"] = finish(c_client(exports[()], text_file, work, REPO), False)
         if "ctranslate2" not in skip:
             from tf_transformer.exporters import ctranslate2 as ctranslate2_export
-            ct2_dir = ctranslate2_export.run_export(results["ours"]["model_dir"],
+            from tf_transformer.model_dir import ModelDir
+            ct2_dir = ctranslate2_export.run_export(ModelDir(results["ours"]["model_dir"]),
                                                     os.path.join(work, "ct2_ours"))
             for compute_type in ("float32", "int8"):
                 results["decode"][f"ctranslate2_{compute_type}"] = ctranslate2_best(

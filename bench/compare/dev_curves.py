@@ -10,9 +10,9 @@ PATH`), on the same clock as the training-loss curve.
 import os
 import re
 import subprocess
-import sys
 
-from bench.compare.scoring import bleu
+from bench.compare.report import training_keys
+from bench.compare.scoring import opennmt_bleu, ours_bleu
 
 
 def checkpoint_seconds(lines) -> dict:
@@ -39,7 +39,7 @@ def add_dev_curves(args, work, d, results) -> None:
     from bench.compare import trainings
     from bench.compare.train_logs import read_logged
     # Both systems keep their checkpoints with TensorFlow's CheckpointManager.
-    from tf_transformer.model_dir import checkpoint_paths
+    from tf_transformer.model_dir import ModelDir
 
     count = args.dev_curve_sentences
     sources, references = d["dev_sources"][:count], d["dev_targets"][:count]
@@ -51,33 +51,26 @@ def add_dev_curves(args, work, d, results) -> None:
         f.writelines(" ".join(d["sp"].encode(s, out_type=str)) + "\n" for s in sources)
 
     def score_ours(checkpoint, key):
-        hypotheses = os.path.join(work, f"dev_curve_{key}.hyp")
-        subprocess.run([sys.executable, "-m", "tf_transformer.evaluate",
-                        f"--model_dir={results[key]['model_dir']}", f"--checkpoint={checkpoint}",
-                        f"--data={dev_tsv}", "--batch_size=32", "--beam_size=4", "--alpha=0.6",
-                        f"--hypotheses={hypotheses}", "--noprogress"],
-                       cwd=trainings.REPO, check=True, capture_output=True)
-        with open(hypotheses, encoding="utf-8") as f:
-            return bleu([line.rstrip("\n") for line in f], references)
+        return ours_bleu(lambda command: subprocess.run(command, cwd=trainings.REPO, check=True,
+                                                        capture_output=True),
+                         results[key]["model_dir"], dev_tsv, [f"--checkpoint={checkpoint}", "--noprogress"],
+                         os.path.join(work, f"dev_curve_{key}.hyp"), references)
 
     def score_opennmt(checkpoint, key):
-        predictions = os.path.join(work, "dev_curve_opennmt.pred.sp")
-        subprocess.run([os.path.join(trainings.ONMT_VENV, "onmt-main")]
-                       + results["opennmt"]["base_args"]
-                       + ["--checkpoint_path", checkpoint, "infer", "--features_file", pieces,
-                          "--predictions_file", predictions],
-                       check=True, capture_output=True,
-                       env={**os.environ, **results["opennmt"].get("env", {})})
-        with open(predictions, encoding="utf-8") as f:
-            return bleu([d["sp"].decode(line.split()) for line in f], references)
+        onmt = results["opennmt"]
+        return opennmt_bleu(lambda command: subprocess.run(command, check=True, capture_output=True,
+                                                           env={**os.environ, **onmt.get("env", {})}),
+                            os.path.join(trainings.ONMT_VENV, "onmt-main"),
+                            onmt["base_args"] + ["--checkpoint_path", checkpoint], pieces,
+                            os.path.join(work, "dev_curve_opennmt.pred.sp"), d["sp"], references)
 
-    for name in trainings.training_keys(results):  # ours, ours_DTYPE..., opennmt
+    for name in training_keys(results):  # ours, ours_DTYPE..., opennmt
         score = score_opennmt if name == "opennmt" else score_ours
         r = results.get(name)
         if not r or "train_log" not in r or "curve_dev_bleu" in r:  # kept from an earlier run
             continue
         seconds = checkpoint_seconds(read_logged(r["train_log"]))
-        r["curve_dev_bleu"] = curve(checkpoint_paths(r["model_dir"]), seconds,
+        r["curve_dev_bleu"] = curve(ModelDir(r["model_dir"]).checkpoint_paths(), seconds,
                                     lambda checkpoint: score(checkpoint, name))
         print(f"dev_bleu_curve {name} (minutes, BLEU on {len(references)} dev pairs): "
               + " ".join(f"{t / 60:.1f}:{b:.2f}" for t, b in r["curve_dev_bleu"]), flush=True)

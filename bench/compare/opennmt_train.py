@@ -2,22 +2,12 @@
 
   python opennmt_train.py MINUTES [onmt-main arguments ...]
 
-OpenNMT-tf stops by step count only. This wraps its Trainer's step generator
-so the loop ends once MINUTES have passed since the first training step began,
-after which OpenNMT-tf does what it does at max_step: it logs, saves the final
-checkpoint and evaluates. tf_transformer's --max_minutes behaves the same way.
-
-The wrapped method, `opennmt.training.Trainer._steps`, is private: the patch was written
-against OpenNMT-tf 2.32.0 (WRITTEN_FOR), where it is a generator yielding once per
-parameter update, iterated by `Trainer.__call__`, and replaced by no subclass.
-`check_patchable` checks all of that before training and exits with a line starting
-PATCH_ERROR (which trainings.py looks for) when a release has changed it.
-
-With OPENNMT_FORCE_MIXED_PRECISION=1 in the environment, `--mixed_precision` is made to
-take effect on the CPU: OpenNMT-tf enables mixed_float16 only when it sees an NVIDIA
-GPU (`opennmt.utils.misc.enable_mixed_precision`, otherwise a warning and float32);
-its public `force=True` argument skips that check. The line `mixed_precision=forced`
-says it happened (trainings.mixed_precision_enabled reads it).
+OpenNMT-tf stops by step count only: this wraps the private `opennmt.training.Trainer._steps`
+so the loop ends MINUTES after the first step began, then OpenNMT-tf logs, saves and
+evaluates as at max_step. `check_patchable` first checks what the wrapper relies on in the
+release it was written for (WRITTEN_FOR) and exits with a line starting PATCH_ERROR when it
+no longer fits. OPENNMT_FORCE_MIXED_PRECISION=1 makes `--mixed_precision` take effect without
+a GPU (`mixed_precision=forced`). bench/compare/README.md, "The OpenNMT-tf patch", has the details.
 """
 
 import functools

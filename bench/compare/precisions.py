@@ -1,12 +1,5 @@
-"""Which precision each side of the protocol runs in, from what this CPU offers.
-
-Pure functions (run_protocol.py, trainings.py and report.py call them; the tests
-call them on fake inputs):
-  - the CPU's model and matrix units, read from /proc/cpuinfo (`parse_cpuinfo`);
-  - our trainings' dtypes (`ours_trainings`): `auto` is mixed_bfloat16 on a CPU with
-    AMX bfloat16 tiles, else float32; our exports' dtypes likewise (`export_dtypes`);
-  - OpenNMT-tf's faster precision from its probe's tokens/s (`fastest`);
-  - CTranslate2's fastest compute type for a figure (`fastest_peer`).
+"""Which precision each side of the protocol runs in, from what this CPU offers: pure
+functions of /proc/cpuinfo's text, the flags and the probes' figures (README, "Precisions").
 """
 
 # /proc/cpuinfo flags of the units that run reduced-precision products: AMX tiles

@@ -48,9 +48,20 @@ def plot(results, path):
     fig.savefig(path, dpi=110)
 
 
+def system_of(key: str) -> str:
+    """A results key's system: "ours" for every one of our trainings (ours, ours_float32,
+    ...), else the key itself."""
+    return "ours" if key == "ours" or key.startswith("ours_") else key
+
+
+def training_keys(results) -> list:
+    """The keys of `results` that hold a training: opennmt, ours and our other dtypes."""
+    return [k for k in results if system_of(k) in ("opennmt", "ours")]
+
+
 def ours_keys(results) -> list:
     """Our trainings' keys in `results`: "ours" (the primary) first, then "ours_DTYPE"."""
-    return sorted((k for k in results if (k == "ours" or k.startswith("ours_")) and results[k]),
+    return sorted((k for k in results if system_of(k) == "ours" and results[k]),
                   key=lambda k: (k != "ours", k))
 
 
@@ -89,28 +100,36 @@ def report_precisions(results):
             + (f" opennmt={'mixed_float16' if onmt.get('mixed_float16') else 'float32'}" if onmt else ""))
 
 
+def report_training(key, r, results, tag=""):
+    """One of our trainings (results[key] is `r`) against OpenNMT-tf's: throughput in both
+    counts, MFU, peak memory, dev BLEU (OpenNMT-tf's too for the primary) and test BLEU,
+    each line's name followed by `tag`."""
+    onmt, common = results.get("opennmt") or {}, results["common_tokens"]
+
+    def common_count(figures, system, name):
+        return figures.get(name) and figures[name] * common[system]
+
+    line("train_tokens_per_sec (own count)" + tag, r.get("tokens_per_sec"), onmt.get("tokens_per_sec"),
+         a_name=key)
+    for name, title in (("tokens_per_sec", "train_tokens_per_sec (common count: pieces + target EOS)"),
+                        ("tokens_per_step", "train_real_tokens_per_step (common count)")):
+        line(title + tag, common_count(r, "ours", name), common_count(onmt, "opennmt", name), a_name=key)
+    line("train_mfu" + tag, r.get("mfu"), onmt.get("mfu"), a_name=key)
+    line("train_peak_rss_mb" + tag, r.get("peak_rss_mb"), onmt.get("peak_rss_mb"), a_name=key)
+    for name, trained in ((key, r), ("opennmt", onmt)) if not tag else ((key, r),):
+        if trained.get("curve_dev_bleu"):
+            t, best = max(trained["curve_dev_bleu"], key=lambda point: point[1])
+            print(f"dev_bleu {name}: last={trained['curve_dev_bleu'][-1][1]:.2f} "
+                  f"best={best:.2f} at {t / 60:.1f} min")
+    print(f"test_bleu{tag}: {key}={r.get('test_bleu')} opennmt={onmt.get('test_bleu')} "
+          f"difference={(r.get('test_bleu') or 0) - (onmt.get('test_bleu') or 0):.2f}")
+
+
 def report_other_trainings(results):
     """The training and test-BLEU lines of our trainings besides the primary ("ours"),
     each against OpenNMT-tf, named NAME [KEY]; then the test BLEU of each dtype."""
-    onmt, common = results.get("opennmt") or {}, results["common_tokens"]
     for key in ours_keys(results)[1:]:
-        r = results[key]
-        tag = f" [{key}]"
-        line("train_tokens_per_sec (own count)" + tag, r.get("tokens_per_sec"), onmt.get("tokens_per_sec"),
-             a_name=key)
-        line("train_tokens_per_sec (common count: pieces + target EOS)" + tag,
-             r.get("tokens_per_sec") and r["tokens_per_sec"] * common["ours"],
-             onmt.get("tokens_per_sec") and onmt["tokens_per_sec"] * common["opennmt"], a_name=key)
-        line("train_real_tokens_per_step (common count)" + tag,
-             r.get("tokens_per_step") and r["tokens_per_step"] * common["ours"],
-             onmt.get("tokens_per_step") and onmt["tokens_per_step"] * common["opennmt"], a_name=key)
-        line("train_mfu" + tag, r.get("mfu"), onmt.get("mfu"), a_name=key)
-        line("train_peak_rss_mb" + tag, r.get("peak_rss_mb"), onmt.get("peak_rss_mb"), a_name=key)
-        if r.get("curve_dev_bleu"):
-            t, best = max(r["curve_dev_bleu"], key=lambda point: point[1])
-            print(f"dev_bleu {key}: last={r['curve_dev_bleu'][-1][1]:.2f} best={best:.2f} at {t / 60:.1f} min")
-        print(f"test_bleu{tag}: {key}={r.get('test_bleu')} opennmt={onmt.get('test_bleu')} "
-              f"difference={(r.get('test_bleu') or 0) - (onmt.get('test_bleu') or 0):.2f}")
+        report_training(key, results[key], results, tag=f" [{key}]")
     by_dtype = {results[k].get("dtype", "float32"): results[k].get("test_bleu") for k in ours_keys(results)}
     if len(by_dtype) > 1:
         text = " ".join(f"{dtype}={bleu}" for dtype, bleu in by_dtype.items())
@@ -155,23 +174,7 @@ def report(results):
             print(f"schedule {name}: {r.get('setting', 'small preset')} {r['schedule']}")
         if r.get("cores"):
             print(f"cores {name}: {r['cores']} (trained concurrently, one core each)")
-    common = results["common_tokens"]
-    line("train_tokens_per_sec (own count)", ours.get("tokens_per_sec"), onmt.get("tokens_per_sec"))
-    line("train_tokens_per_sec (common count: pieces + target EOS)",
-         ours.get("tokens_per_sec") and ours["tokens_per_sec"] * common["ours"],
-         onmt.get("tokens_per_sec") and onmt["tokens_per_sec"] * common["opennmt"])
-    line("train_real_tokens_per_step (common count)",
-         ours.get("tokens_per_step") and ours["tokens_per_step"] * common["ours"],
-         onmt.get("tokens_per_step") and onmt["tokens_per_step"] * common["opennmt"])
-    line("train_mfu", ours.get("mfu"), onmt.get("mfu"))
-    line("train_peak_rss_mb", ours.get("peak_rss_mb"), onmt.get("peak_rss_mb"))
-    for name, r in (("ours", ours), ("opennmt", onmt)):
-        if r.get("curve_dev_bleu"):
-            t, best = max(r["curve_dev_bleu"], key=lambda point: point[1])
-            print(f"dev_bleu {name}: last={r['curve_dev_bleu'][-1][1]:.2f} "
-                  f"best={best:.2f} at {t / 60:.1f} min")
-    print(f"test_bleu: ours={ours.get('test_bleu')} opennmt={onmt.get('test_bleu')} "
-          f"difference={(ours.get('test_bleu') or 0) - (onmt.get('test_bleu') or 0):.2f}")
+    report_training("ours", ours, results)
     report_other_trainings(results)
     for peer in ("ctranslate2_float32", "ctranslate2_int8"):
         p = dec.get(peer) or {}

@@ -2,30 +2,12 @@
 
   python bench/compare/run_protocol.py [--minutes=25] [--test_sentences=0] [--work_dir=...]
 
-Runs in our .venv; the peers run as subprocesses in bench/compare/.venvs
-(setup_peers.sh). Steps, one after the other (never two at once: 2 cores), except
-that --concurrent trains both systems at once, each pinned to its own core (how a
-longer budget for both fits one stretch of time on the same CPU):
-  1. one SentencePiece BPE vocabulary of 8000 on the train split (our trainer's
-     function), the splits written as pieces for OpenNMT-tf, its vocabulary file;
-  2. the float32 matmul peak of this machine (bench/timing.py);
-  3. OpenNMT-tf's precision probe (--opennmt_probe_minutes in float32 and in
-     mixed_float16, the faster kept), OpenNMT-tf's training for --minutes, then ours for
-     --minutes in each of our dtypes (--ours_dtype, --ours_dtypes; mixed_bfloat16 on a
-     CPU with AMX bfloat16), each under /usr/bin/time -v (peak RSS); every output line
-     is timestamped here, which gives the learning curves (loss against minutes) of
-     all (trainings.py);
-  4. test BLEU with each system's own decoder (OpenNMT-tf `infer`, our
-     `tf_transformer.evaluate`), scored here with sacreBLEU on detokenized text;
-  5. exports: OpenNMT-tf's SavedModel, ours (`python -m export`, default and XLA, and
-     in bfloat16 on a CPU with AMX bfloat16), ours converted to CTranslate2
-     (tf_transformer/exporters/ctranslate2.py); decode throughput at batch 32, beam 4,
-     and batch-1 latency of each (decode_peer.py), CTranslate2 in float32 and int8 on
-     our weights, our default exports also with one intra-op thread
-     (decode_benchmark.py).
-Prints one line per figure (both values and the ratio), writes WORK_DIR/figures.json
-and the learning curves to WORK_DIR/learning_curves.png (--plot: elsewhere). See
-bench/compare/README.md.
+Runs in our .venv and drives the peers as subprocesses in their own venvs (setup_peers.sh),
+one at a time (--concurrent: the two trainings at once, a core each): the vocabulary and
+pieces files, the matmul peak, the trainings (trainings.py), the dev curves (dev_curves.py),
+test BLEU, the exports' decoding (decode_benchmark.py), then one line per figure with both
+values and their ratio (report.py), WORK_DIR/figures.json and the learning curves
+(--plot). bench/compare/README.md says what each figure measures and how.
 """
 
 import argparse
@@ -39,13 +21,12 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from bench.compare import decode_benchmark, dev_curves, precisions  # noqa: E402
-from bench.compare.report import ours_keys, plot, report  # noqa: E402
-from bench.compare.scoring import bleu  # noqa: E402
+from bench.compare.report import ours_keys, plot, report, system_of, training_keys  # noqa: E402
+from bench.compare.scoring import opennmt_bleu, ours_bleu  # noqa: E402
 from bench.compare.settings import (OPENNMT_SETTING, OPENNMT_SWEEP, opennmt_schedule,  # noqa: E402
                                     read_settings)
-from bench.compare.trainings import (ONMT_VENV, REPO, cpu_model, earlier_trainings,  # noqa: E402
-                                     one_core_matmul_peak, recipe_model, run_logged, train_both,
-                                     system_of, training_keys)
+from bench.compare.trainings import (ONMT_VENV, REPO, earlier_trainings,  # noqa: E402
+                                     matmul_peak_process, recipe_model, run_logged, train_both)
 
 SPLITS = ("train", "dev", "test")
 
@@ -150,29 +131,23 @@ def test_bleu(args, work, d, results):
     refs, skip = d["test_targets"], args.skip.split(",")
     if "opennmt" not in skip:
         sources = os.path.join(work, "test_subset.en.sp")
-        predictions = os.path.join(work, "opennmt_test.pred.sp")
         with open(os.path.join(d["data"], "test.en.sp"), encoding="utf-8") as f:
             lines = f.readlines()[:len(refs)]
         with open(sources, "w", encoding="utf-8") as f:
             f.writelines(lines)
         start = time.time()
-        run_logged([os.path.join(ONMT_VENV, "onmt-main")] + results["opennmt"]["base_args"]
-                   + ["infer", "--features_file", sources, "--predictions_file", predictions],
-                   os.path.join(work, "opennmt_infer.log"), env=results["opennmt"].get("env"))
-        with open(predictions, encoding="utf-8") as f:
-            texts = [d["sp"].decode(line.split()) for line in f]
-        results["opennmt"]["test_bleu"] = bleu(texts, refs)
-        results["opennmt"]["test_decode_seconds"] = time.time() - start
+        onmt = results["opennmt"]
+        onmt["test_bleu"] = opennmt_bleu(
+            lambda command: run_logged(command, os.path.join(work, "opennmt_infer.log"), env=onmt.get("env")),
+            os.path.join(ONMT_VENV, "onmt-main"), onmt["base_args"], sources,
+            os.path.join(work, "opennmt_test.pred.sp"), d["sp"], refs)
+        onmt["test_decode_seconds"] = time.time() - start
     for key in ours_keys(results) if "ours" not in skip else ():  # each of our trainings
-        hypotheses = os.path.join(work, f"{key}_test.hyp")
         start = time.time()
-        run_logged([sys.executable, "-m", "tf_transformer.evaluate",
-                    f"--model_dir={results[key]['model_dir']}",
-                    f"--data={os.path.join(args.corpus_dir, 'test.tsv')}",
-                    f"--max_sentences={len(refs)}", "--batch_size=32", "--beam_size=4",
-                    "--alpha=0.6", f"--hypotheses={hypotheses}"], os.path.join(work, f"{key}_test.log"))
-        with open(hypotheses, encoding="utf-8") as f:
-            results[key]["test_bleu"] = bleu([line.rstrip("\n") for line in f], refs)
+        results[key]["test_bleu"] = ours_bleu(
+            lambda command: run_logged(command, os.path.join(work, f"{key}_test.log")),
+            results[key]["model_dir"], os.path.join(args.corpus_dir, "test.tsv"),
+            [f"--max_sentences={len(refs)}"], os.path.join(work, f"{key}_test.hyp"), refs)
         results[key]["test_decode_seconds"] = time.time() - start
 
 
@@ -186,10 +161,9 @@ def main():
     ours_trainings = precisions.ours_trainings(args.ours_dtype, args.ours_dtypes, cpu)
     args.export_dtypes = precisions.export_dtypes(args.ours_export_dtypes, cpu)
     d = prepare_data(args, work)
-    from bench.timing import matmul_peak
     from tf_transformer.model import flops
 
-    peak = one_core_matmul_peak() if args.concurrent else matmul_peak("float32")
+    peak = matmul_peak_process(one_core=args.concurrent)
     model = recipe_model(args.vocab_size)
     s, t = d["mean_source"], d["mean_target"]
     # One FLOP count for both systems: a training step over mean-length pairs
@@ -218,7 +192,7 @@ def main():
             results["opennmt"]["setting"] = args.opennmt_setting
         for name in training_keys(results):
             if system_of(name) not in skip and results.get(name):
-                results[name].update(matmul_peak_flops=peak, cpu=cpu_model())
+                results[name].update(matmul_peak_flops=peak, cpu=cpu["model"])
         if args.dev_curve_sentences:
             dev_curves.add_dev_curves(args, work, d, results)
     for name in training_keys(results):

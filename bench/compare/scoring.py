@@ -1,5 +1,8 @@
-"""The one score every system gets in the protocol: sacreBLEU of detokenized text
-against the raw references (run_protocol, decode_benchmark and dev_curves all call it)."""
+"""The one score every system gets in the protocol: sacreBLEU of detokenized text against
+the raw references, of each system's own decoder (test BLEU and the dev curves)."""
+
+import os
+import sys
 
 
 def bleu(hypotheses, references) -> float:
@@ -7,3 +10,21 @@ def bleu(hypotheses, references) -> float:
     reference each."""
     import sacrebleu
     return sacrebleu.corpus_bleu(hypotheses, [references]).score
+
+
+def ours_bleu(run, model_dir, data, flags, hypotheses, references) -> float:
+    """BLEU of `python -m tf_transformer.evaluate` on the TSV `data` (beam 4, alpha 0.6,
+    batch 32; `flags` after --data), its translations in `hypotheses`; `run(command)`."""
+    run([sys.executable, "-m", "tf_transformer.evaluate", f"--model_dir={model_dir}",
+         f"--data={data}", *flags, "--batch_size=32", "--beam_size=4", "--alpha=0.6",
+         f"--hypotheses={hypotheses}"])
+    with open(hypotheses, encoding="utf-8") as f:
+        return bleu([line.rstrip("\n") for line in f], references)
+
+
+def opennmt_bleu(run, onmt_main, flags, features, predictions, sp, references) -> float:
+    """BLEU of `onmt-main FLAGS infer` on the pieces file `features`, its pieces in
+    `predictions`, detokenized by the SentencePiece processor `sp`; `run(command)`."""
+    run([onmt_main, *flags, "infer", "--features_file", features, "--predictions_file", predictions])
+    with open(predictions, encoding="utf-8") as f:
+        return bleu([sp.decode(line.split()) for line in f], references)

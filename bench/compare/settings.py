@@ -1,21 +1,18 @@
 """OpenNMT-tf's schedule in the protocol: a setting of its dev-split sweep.
 
-A settings file holds one setting a line, `name  --flag=value ...` (`#` starts a
-comment); bench/schedule_sweep.py reads both systems' sweeps with `read_settings`.
-OpenNMT-tf's settings take --warmup_steps, --learning_rate_scale (the Noam scale) and
---pre_norm; `opennmt_schedule` turns them into trainings.train_opennmt's schedule.
-The protocol trains OpenNMT-tf with OPENNMT_SETTING of OPENNMT_SWEEP, the best on dev
-of that sweep (run_protocol.py --opennmt_setting picks another).
+A settings file holds one setting a line, `name  --flag=value ...` (`#` starts a comment).
+OpenNMT-tf's take --warmup_steps, --learning_rate_scale (the Noam scale) and --pre_norm.
+The protocol trains OpenNMT-tf with OPENNMT_SETTING of OPENNMT_SWEEP, the best on dev of
+that sweep (run_protocol.py --opennmt_setting picks another).
 """
 
 import os
 import shlex
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # Ours trains with its `small` preset's schedule, the best of its own dev-split sweep
-# (bench/sweeps/small_cpu.txt); OpenNMT-tf with the best setting of the same sweep run
-# for it on the same dev pairs:
-OPENNMT_SWEEP = os.path.join(REPO, "bench", "sweeps", "opennmt_small_cpu.txt")
+# (bench/results/quality.md); OpenNMT-tf with the best setting of the same sweep run for
+# it on the same dev pairs:
+OPENNMT_SWEEP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "opennmt_sweep.txt")
 OPENNMT_SETTING = "onmt_w1600_pre"
 
 

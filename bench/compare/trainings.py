@@ -1,11 +1,7 @@
-"""The protocol's two trainings: OpenNMT-tf's and ours, each a logged subprocess.
-
-run_protocol.py runs them one after the other, or (--concurrent) at once, each pinned to
-its own core; opennmt_sweep.py (schedule_sweep.py --system=opennmt) runs OpenNMT-tf's
-alone, once per setting. Every output line is timestamped (`run_logged`), which gives the
-learning curves, and every process runs under /usr/bin/time -v, which gives its peak RSS.
-The protocol's paths (the peers' venvs, our recipe) live here too: the decoding benchmark
-and the sweep read them; OpenNMT-tf's schedule setting is in settings.py.
+"""The protocol's two trainings, OpenNMT-tf's and ours, each a logged subprocess: one after
+the other, or (--concurrent) at once on a core each. Every output line is timestamped
+(`run_logged`: the learning curves) and every process runs under /usr/bin/time -v (its
+peak RSS). The protocol's paths (the peers' venvs, our recipe) live here too.
 """
 
 import json
@@ -19,7 +15,7 @@ import threading
 import time
 
 from bench.compare import precisions
-from bench.compare.report import probe_line
+from bench.compare.report import probe_line, system_of, training_keys
 from bench.compare.train_logs import parse_opennmt_train, parse_ours_train
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -220,17 +216,6 @@ def train_ours(args, work, d, cpus=None, dtype="float32", name="ours"):
             "counts": "source pieces + EOS + target pieces + EOS"}
 
 
-def system_of(key: str) -> str:
-    """A results key's system: "ours" for every one of our trainings (ours, ours_float32,
-    ...), else the key itself."""
-    return "ours" if key == "ours" or key.startswith("ours_") else key
-
-
-def training_keys(results) -> list:
-    """The keys of `results` that hold a training: opennmt, ours and our other dtypes."""
-    return [k for k in results if system_of(k) in ("opennmt", "ours")]
-
-
 def earlier_trainings(training_json, skip) -> dict:
     """The entries of an earlier training.json for the systems skipped now (none if absent)."""
     if not os.path.exists(training_json):
@@ -250,12 +235,17 @@ def core_assignment(concurrent) -> dict:
     return {"opennmt": {cores[0]}, "ours": {cores[1]}}
 
 
-def one_core_matmul_peak() -> float:
-    """The float32 matmul peak of one pinned core, in a fresh process (this one's
-    TensorFlow thread pools are already sized to every core)."""
+def matmul_peak_process(one_core: bool) -> float:
+    """The float32 matmul peak in a fresh process with the binaries' process defaults (the
+    kernels our trainings run on), pinned to one core when `one_core` (this process's
+    TensorFlow would have sized its thread pools to every core)."""
+    from tf_transformer import process_defaults
+
+    env = dict(os.environ)
+    process_defaults.apply(env)
     code = "from bench.timing import matmul_peak; print(matmul_peak('float32'))"
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True,
-                         preexec_fn=_pinned_to({min(os.sched_getaffinity(0))}))
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True,
+                         check=True, preexec_fn=_pinned_to({min(os.sched_getaffinity(0))} if one_core else None))
     return float(out.stdout.split()[-1])
 
 
@@ -285,11 +275,6 @@ def train_both(args, work, d, schedule, ours=(("ours", "float32"),)) -> dict:
         futures = {name: pool.submit(job) for name, job in jobs.items()}
         return {key: dict(r, **({"cores": sorted(cores[name])} if cores[name] else {}))
                 for name, f in futures.items() for key, r in f.result().items()}
-
-
-def cpu_model() -> str:
-    """The CPU's model name: a system trained in an earlier run is only compared on the same."""
-    return precisions.read_cpuinfo()["model"]
 
 
 def _log_every(minutes) -> int:

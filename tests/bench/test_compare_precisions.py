@@ -153,7 +153,7 @@ def test_skipping_ours_keeps_every_one_of_our_earlier_trainings(tmp_path):
     path.write_text(json.dumps(earlier))
     assert trainings.earlier_trainings(str(path), ["ours"]) == {
         "ours": earlier["ours"], "ours_float32": earlier["ours_float32"]}
-    assert trainings.training_keys(earlier) == ["ours", "ours_float32", "opennmt"]
+    assert report.training_keys(earlier) == ["ours", "ours_float32", "opennmt"]
 
 
 def test_train_both_probes_opennmt_and_trains_each_of_our_dtypes(tmp_path, monkeypatch):
