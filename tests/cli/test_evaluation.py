@@ -17,7 +17,8 @@ from model_fixtures import TRAIN_TSV, tiny_config
 
 from tf_transformer.cli import evaluation
 from tf_transformer.config import DecodeConfig, TrainConfig
-from tf_transformer.decoding.translator import Translator, translate_sentences
+from tf_transformer.cli.batching import translate_sentences
+from tf_transformer.decoding.translator import Translator
 from tf_transformer.inputs import corpus, pipeline
 from tf_transformer.inputs.corpus import Corpus
 from tf_transformer.model import build_model

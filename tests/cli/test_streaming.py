@@ -1,4 +1,4 @@
-"""Line reading, chunked translation and progress lines (tf_transformer/decoding/streaming.py).
+"""Line reading, chunked translation and progress lines (tf_transformer/cli/streaming.py).
 
 The translations are checked against `translate_sentences` on the whole input
 at once, the path the translate binary took before it streamed.
@@ -13,7 +13,8 @@ import pytest
 from tf_transformer.config import DecodeConfig
 from tf_transformer.cli import streaming
 from tf_transformer.cli.streaming import split_lines
-from tf_transformer.decoding.translator import Translator, translate_sentences
+from tf_transformer.cli.batching import translate_sentences
+from tf_transformer.decoding.translator import Translator
 from tf_transformer.model_dir import ModelDir
 
 from model_fixtures import SAMPLE_LINES

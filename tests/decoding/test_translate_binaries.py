@@ -23,7 +23,8 @@ from model_fixtures import REPO_ROOT, SAMPLE_LINES
 from sacrebleu.metrics import BLEU, CHRF
 
 from tf_transformer.config import DecodeConfig
-from tf_transformer.decoding.translator import Translator, translate_sentences
+from tf_transformer.cli.batching import translate_sentences
+from tf_transformer.decoding.translator import Translator
 from tf_transformer.model import build_model
 from tf_transformer import model_dir as model_dir_lib
 from tf_transformer.model_dir import ModelDir

@@ -13,7 +13,8 @@ import tensorflow as tf
 from tf_transformer.config import EOS_ID, PAD_ID, DecodeConfig
 from tf_transformer.cli import attention_plot
 from tf_transformer.search.beam_search import beam_search
-from tf_transformer.decoding.translator import Translator, translate_sentences
+from tf_transformer.cli.batching import translate_sentences
+from tf_transformer.decoding.translator import Translator
 from tf_transformer.decoding.compiled_search import FIRST_CACHE_LENGTH
 from tf_transformer.inputs.tokenizer import Tokenizer
 from tf_transformer.model import cache as caches

@@ -11,7 +11,8 @@ import tensorflow as tf
 from model_fixtures import make_model_dir
 
 from tf_transformer.config import EOS_ID, PAD_ID, UNK_ID, DecodeConfig
-from tf_transformer.decoding.translator import Translator, translate_sentences
+from tf_transformer.cli.batching import translate_sentences
+from tf_transformer.decoding.translator import Translator
 from tf_transformer.inputs.tokenizer import Tokenizer, TokenizerPair
 from tf_transformer.model.transformer import build_model
 from tf_transformer.model_dir import ModelDir

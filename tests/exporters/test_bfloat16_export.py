@@ -17,7 +17,8 @@ from saved_model_fixtures import (
     serve_bytes,
 )
 
-from tf_transformer.decoding.translator import Translator, translate_sentences
+from tf_transformer.cli.batching import translate_sentences
+from tf_transformer.decoding.translator import Translator
 from tf_transformer.exporters import saved_model
 from tf_transformer.model_dir import ModelDir
 

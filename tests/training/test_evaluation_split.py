@@ -10,7 +10,8 @@ from model_fixtures import SAMPLE_LINES, make_model_dir
 from tf_transformer.cli import evaluation
 from tf_transformer import model_dir as model_dir_lib
 from tf_transformer.config import DecodeConfig
-from tf_transformer.decoding.translator import Translator, translate_sentences
+from tf_transformer.cli.batching import translate_sentences
+from tf_transformer.decoding.translator import Translator
 from tf_transformer.inputs import pipeline
 from tf_transformer.inputs.corpus import Corpus
 from tf_transformer.model_dir import ModelDir

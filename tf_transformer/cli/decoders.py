@@ -1,5 +1,5 @@
 """What the translate binary runs per batch besides the beam search: sampling, and the
-search with its alignments (the DecodeBatch functions of decoding/translator.py).
+search with its alignments (the DecodeBatch functions of cli/batching.py).
 
 Sampling seeds each batch with its own seed, mixed from the user's seed and the
 batch's text (`batch_seed`): the same input, seed and batch size give the same
@@ -13,7 +13,8 @@ import zlib
 
 import tensorflow as tf
 
-from tf_transformer.decoding.translator import DecodeBatch, Translator
+from tf_transformer.cli.batching import DecodeBatch
+from tf_transformer.decoding.translator import Translator
 
 _MASK = (1 << 64) - 1
 

@@ -21,8 +21,9 @@ import numpy as np
 from sacrebleu.metrics import BLEU, CHRF
 from sacremoses import MosesTokenizer
 
+from tf_transformer.cli.batching import translate_sentences
 from tf_transformer.config import Config
-from tf_transformer.decoding.translator import Translator, translate_sentences
+from tf_transformer.decoding.translator import Translator
 from tf_transformer.inputs.corpus import Corpus
 from tf_transformer.inputs.tokenizer import Tokenizer
 

@@ -9,7 +9,7 @@ Lines follow `wc -l`: split on "\\n" only, one trailing "\\r" dropped, invalid
 UTF-8 decoded as U+FFFD. Bad lines never stop a run; each kind (invalid UTF-8,
 empty, over-long) is counted over the whole stream and logged once at the end.
 
-Each batch runs the beam search (translator.beam_batches), or another
+Each batch runs the beam search (cli/batching.py: beam_batches), or another
 `decode_batch` (cli/decoders.py: sampling, alignments); with an alignment format
 (cli/alignments.py) each output line ends in a TAB and its alignment.
 """
@@ -23,13 +23,11 @@ import sys
 import time
 from typing import BinaryIO, Callable, Iterable, Iterator, NamedTuple, TextIO
 
-import numpy as np
-import tensorflow as tf
 from absl import logging
 
 from tf_transformer.cli import alignments as alignment_formats
-from tf_transformer.decoding.translator import (DecodeBatch, Translation, Translator,
-                                                translate_sentences)
+from tf_transformer.cli.batching import DecodeBatch, Translation, translate_sentences
+from tf_transformer.decoding.translator import Translator
 
 _REPLACEMENT = "\ufffd".encode()
 
@@ -106,21 +104,9 @@ class Progress:
 def translate_sorted(translator: Translator, sentences: list[str], batch_size: int,
                      nbest: bool = False, progress: Progress | None = None,
                      decode_batch: DecodeBatch | None = None) -> list[Translation]:
-    """translate_sentences, one batch at a time (shortest sources first) to report progress."""
-    if not sentences:
-        return []
-    lengths = translator.tokenizer.tokenize(tf.constant(sentences, tf.string)).row_lengths()
-    order = np.argsort(lengths.numpy(), kind="stable")
-    results: list = [None] * len(sentences)
-    for start in range(0, len(order), batch_size):
-        index = order[start:start + batch_size]
-        batch = translate_sentences(translator, [sentences[i] for i in index], batch_size, nbest,
-                                    decode_batch)
-        for i, result in zip(index, batch):
-            results[i] = result
-        if progress is not None:
-            progress.add(len(index))
-    return results
+    """translate_sentences (one sort, shortest sources first), reporting each batch to `progress`."""
+    return translate_sentences(translator, sentences, batch_size, nbest, decode_batch,
+                               on_batch=progress.add if progress is not None else None)
 
 
 def translate_chunks(translator: Translator, sentences: Iterable[str], chunk_size: int,

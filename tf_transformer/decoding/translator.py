@@ -46,11 +46,8 @@ aligned source text: alignments.py). These run one graph-mode search whatever
 
 from __future__ import annotations
 
-import dataclasses
 import functools
-from typing import Callable, Sequence
 
-import numpy as np
 import tensorflow as tf
 from absl import logging
 
@@ -324,73 +321,3 @@ class Translator(tf.Module):
         empty = empty[:, tf.newaxis]
         return (tf.where(empty, "", strings), tf.where(empty, 0.0, result.scores),
                 tf.where(empty, 0, result.lengths))
-
-
-@dataclasses.dataclass
-class Translation:
-    """One input sentence's hypotheses, best first."""
-
-    texts: list[str]
-    scores: list[float]
-    lengths: list[int]  # target tokens, EOS included
-    source_tokens: int  # before truncation, EOS not included
-    # With alignments (translate_with_alignments): per hypothesis float32 [length,
-    # source tokens + EOS], and its target tokens before EOS.
-    alignments: list[np.ndarray] | None = None
-    target_tokens: list[int] | None = None
-
-
-# text [B] -> {"translations" [B, n] strings, "scores", "lengths" [B, n], and optionally
-# "alignments" [B, n, T, S], "target_tokens" [B, n], "source_lengths" [B]}: what
-# translate_sentences runs per batch.
-DecodeBatch = Callable[[tf.Tensor], dict]
-
-
-def beam_batches(translator: Translator, nbest: bool = False) -> DecodeBatch:
-    """The beam search's best (translate) or n-best (translate_nbest) per batch."""
-    def decode(text: tf.Tensor) -> dict:
-        if nbest:
-            return translator.translate_nbest(text)
-        out = translator.translate(text)
-        return {"translations": out["translation"][:, None], "scores": out["score"][:, None],
-                "lengths": out["length"][:, None]}
-    return decode
-
-
-def translate_sentences(translator: Translator, sentences: Sequence[str],
-                        batch_size: int = 32, nbest: bool = False,
-                        decode_batch: DecodeBatch | None = None) -> list[Translation]:
-    """Translates a list of sentences in batches sorted by length; results in input order.
-
-    Sorting by token count keeps each batch's padding and its slowest
-    sentence close to the rest (beam search runs until its batch's last
-    sentence is done). With `nbest`, each result holds translator.nbest hypotheses.
-    `decode_batch` replaces the beam search's batches (default: beam_batches).
-    """
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    decode_batch = decode_batch or beam_batches(translator, nbest)
-    source_tokens = np.zeros([len(sentences)], np.int64)
-    for start in range(0, len(sentences), 1024):  # bounded memory for big inputs
-        chunk = tf.constant(list(sentences[start:start + 1024]), tf.string)
-        source_tokens[start:start + len(chunk)] = translator.tokenizer.tokenize(chunk).row_lengths()
-    order = np.argsort(source_tokens, kind="stable")
-    results: list[Translation | None] = [None] * len(sentences)
-    for start in range(0, len(order), batch_size):
-        index = order[start:start + batch_size]
-        out = {k: v.numpy() for k, v in
-               decode_batch(tf.constant([sentences[i] for i in index], tf.string)).items()}
-        texts, scores, lengths = out["translations"], out["scores"], out["lengths"]
-        for row, i in enumerate(index):
-            aligned = target_tokens = None
-            if "alignments" in out:
-                columns = out["source_lengths"][row]
-                aligned = [out["alignments"][row, n, :length, :columns]
-                           for n, length in enumerate(lengths[row])]
-                target_tokens = [int(n) for n in out["target_tokens"][row]]
-            results[i] = Translation(
-                texts=[t.decode("utf-8", errors="replace") for t in texts[row]],
-                scores=[float(s) for s in scores[row]], lengths=[int(n) for n in lengths[row]],
-                source_tokens=int(source_tokens[i]), alignments=aligned,
-                target_tokens=target_tokens)
-    return results
