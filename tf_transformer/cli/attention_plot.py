@@ -23,8 +23,11 @@ KINDS = {"encoder_self": "encoder self-attention",
 
 
 @contextlib.contextmanager
-def _recording(model: Transformer):
-    """Yields {kind: [None] * N}; filled with each layer's [batch, h, T, S] weights."""
+def recording(model: Transformer):
+    """Yields {kind: [None] * N}; filled with each layer's [batch, h, T, S] weights.
+
+    Inside, each attention layer's `attention_weights` is wrapped on the instance; its
+    arguments (the kernel policy among them) pass through unchanged. Unwrapped on exit."""
     records = {kind: [None] * model.num_layers for kind in KINDS}
     targets = []
     for i, layer in enumerate(model.encoder.layers):
@@ -36,8 +39,8 @@ def _recording(model: Transformer):
     def recorder(attention, kind, i):
         original = attention.attention_weights
 
-        def attention_weights(q, k, bias, step=False):
-            weights = original(q, k, bias, step)
+        def attention_weights(q, k, bias, *args, **kwargs):
+            weights = original(q, k, bias, *args, **kwargs)
             records[kind][i] = weights
             return weights
         return attention_weights
@@ -58,7 +61,7 @@ def attention_maps(model: Transformer, source: tf.Tensor, target_in: tf.Tensor) 
     source [batch, S] (x + EOS), target_in [batch, T] (BOS + y). Kinds:
     encoder_self [.., S, S], decoder_self [.., T, T], decoder_cross [.., T, S].
     """
-    with _recording(model) as records:
+    with recording(model) as records:
         model({"source": source, "target_in": target_in}, training=False)
     return {kind: np.stack([np.asarray(w) for w in maps]) for kind, maps in records.items()}
 
