@@ -4,7 +4,7 @@ The pairs come from a TSV or two line-aligned files (the corpus specs of
 inputs/corpus.py, `:reverse` included) read with the corpus rules: a bad line
 (no_tab, extra_tab, empty_side, invalid_utf8, too_long) is skipped and counted,
 never fatal; blank lines are skipped. Only a source mostly bad after the whole
-pass raises CorpusError (corpus.Tally). Lines are read as they come; every
+pass raises CorpusError (line_rules.Tally). Lines are read as they come; every
 `chunk_size` pairs are sorted by length, scored in batches (Translator.score) and
 written in input order, each as
 
@@ -27,17 +27,17 @@ import tensorflow as tf
 from absl import logging
 
 from tf_transformer.decoding.translator import Translator
-from tf_transformer.inputs import corpus
+from tf_transformer.inputs import corpus, line_rules
 
 COLUMNS = ("index", "log_prob", "tokens", "log_prob_per_token", "score")
 
 
-def read_pairs(spec: str, max_chars: int = corpus.DEFAULT_MAX_CHARS
-               ) -> tuple[Iterator[tuple[int, str, str]], corpus.Tally]:
+def read_pairs(spec: str, max_chars: int = line_rules.DEFAULT_MAX_CHARS
+               ) -> tuple[Iterator[tuple[int, str, str]], line_rules.Tally]:
     """(index, source, target) of each valid line of a TSV or SRC,TGT spec, lazily, and
     the Tally that counts the rest (check it once the iterator is exhausted)."""
     paths, reverse = corpus.split_spec(spec)
-    tally = corpus.Tally(",".join(paths), max_chars)
+    tally = line_rules.Tally(",".join(paths), max_chars)
     lines = corpus.scan_parallel(*paths, tally) if len(paths) == 2 else corpus.scan_tsv(
         paths[0], tally)
 

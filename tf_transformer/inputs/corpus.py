@@ -11,18 +11,15 @@ Every binary takes its corpus as one spec string (see `read_corpus`):
 `read_corpus` holds the pairs in memory (dev and test sets); streamed.py's
 `open_corpus` streams text files and TFDS from disk (training corpora of any size).
 
-A bad pair is skipped and counted under one reason, never dropped silently:
-`no_tab`, `extra_tab` (TSV only), `empty_side`, `invalid_utf8` and `too_long`
-(a side over `max_chars` characters). Blank lines are counted as `blank` but are
-not bad. The counts are logged once per reader call. A source is *mostly bad*
-when more than half of its non-blank lines are malformed (any reason but
-`too_long`, which is a length filter, not damage); that, a missing file, or a
-source with no valid pair raises `CorpusError` naming the file.
+A bad pair is skipped and counted under one reason, never dropped silently
+(line_rules.py: `no_tab`, `extra_tab` (TSV only), `empty_side`, `invalid_utf8`,
+`too_long`; blank lines are counted as `blank` but are not bad). The counts are
+logged once per reader call. A mostly bad source (line_rules.py), a missing file,
+or a source with no valid pair raises `CorpusError` naming the file.
 """
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import itertools
 import os
@@ -31,15 +28,11 @@ from typing import Iterable, Iterator
 import tensorflow as tf
 from absl import logging
 
-DEFAULT_MAX_CHARS = 2048  # per side; the longest shared-corpus side has 1170
-MALFORMED = ("no_tab", "extra_tab", "empty_side", "invalid_utf8")
+from tf_transformer.inputs.line_rules import DEFAULT_MAX_CHARS, CorpusError, Tally
+
 REVERSE_SUFFIX = ":reverse"
 TFDS_PREFIX = "tfds:"
 WMT14_PAIRS = ("de-en", "fr-en")  # the TFDS configs; either direction is read
-
-
-class CorpusError(ValueError):
-    """A corpus that is missing, empty or mostly malformed."""
 
 
 @dataclasses.dataclass
@@ -73,56 +66,16 @@ class Corpus:
         yield from self.targets
 
 
-class Tally:
-    """Counts lines and skip reasons; enforces the mostly-bad rule. Holds no pairs."""
-
-    def __init__(self, name: str, max_chars: int):
-        self.name, self.max_chars = name, max_chars
-        self.skipped: collections.Counter = collections.Counter()
-        self.lines = 0  # non-blank
-        self.valid = 0
-
-    def add(self, source: str, target: str) -> tuple[str, str] | None:
-        """The stripped pair if it is valid, else None (and its reason counted)."""
-        self.lines += 1
-        source, target = source.strip(), target.strip()
-        if not source or not target:
-            self.skipped["empty_side"] += 1
-        elif len(source) > self.max_chars or len(target) > self.max_chars:
-            self.skipped["too_long"] += 1
-        else:
-            self.valid += 1
-            return source, target
-        return None
-
-    def bad(self, reason: str) -> None:
-        self.lines += 1
-        self.skipped[reason] += 1
-
-    def check(self, complete: bool = True) -> dict[str, int]:
-        """Raises CorpusError for an empty, mostly bad or (if `complete`) pairless source."""
-        skipped = dict(sorted(self.skipped.items()))
-        malformed = sum(skipped.get(r, 0) for r in MALFORMED)
-        if self.lines == 0:
-            raise CorpusError(f"{self.name}: empty, no pairs to read")
-        if malformed * 2 > self.lines:
-            raise CorpusError(
-                f"{self.name}: mostly bad, {malformed} of {self.lines} non-blank lines are "
-                f"malformed ({skipped}); is this the right file and format "
-                "(UTF-8, `source<TAB>target` a line)?")
-        if complete and not self.valid:
-            raise CorpusError(f"{self.name}: no valid pair left ({skipped})")
-        return skipped
-
-    def finish(self, pairs: list[tuple[str, str]]) -> Corpus:
-        skipped = self.check()
-        corpus = Corpus([s for s, _ in pairs], [t for _, t in pairs], skipped, self.name)
-        if corpus.num_skipped:
-            logging.warning("%s: %d pairs read, %d skipped %s", self.name, len(corpus),
-                            corpus.num_skipped, skipped)
-        else:
-            logging.info("%s: %d pairs read, none skipped", self.name, len(corpus))
-        return corpus
+def _checked_corpus(tally: Tally, pairs: list[tuple[str, str]]) -> Corpus:
+    """The pairs as a Corpus once `tally` passes its check; the counts logged."""
+    skipped = tally.check()
+    corpus = Corpus([s for s, _ in pairs], [t for _, t in pairs], skipped, tally.name)
+    if corpus.num_skipped:
+        logging.warning("%s: %d pairs read, %d skipped %s", tally.name, len(corpus),
+                        corpus.num_skipped, skipped)
+    else:
+        logging.info("%s: %d pairs read, none skipped", tally.name, len(corpus))
+    return corpus
 
 
 def _open_lines(path: str) -> Iterator[bytes]:
@@ -138,34 +91,10 @@ def _open_lines(path: str) -> Iterator[bytes]:
             yield line.rstrip(b"\r\n")
 
 
-def _decode(raw: bytes) -> str | None:
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
-
-
 def scan_tsv(path: str, tally: Tally) -> Iterator[tuple[str, str] | None]:
     """Per line of `path`, its valid pair or None (the reason counted in `tally`)."""
     for raw in _open_lines(path):
-        if not raw.strip():
-            tally.skipped["blank"] += 1
-            yield None
-            continue
-        line = _decode(raw)
-        if line is None:
-            tally.bad("invalid_utf8")
-            yield None
-            continue
-        fields = line.split("\t")
-        if len(fields) < 2:
-            tally.bad("no_tab")
-        elif len(fields) > 2:
-            tally.bad("extra_tab")
-        else:
-            yield tally.add(*fields)
-            continue
-        yield None
+        yield tally.add_tsv_line(raw)
 
 
 def scan_parallel(source_path: str, target_path: str,
@@ -174,29 +103,24 @@ def scan_parallel(source_path: str, target_path: str,
     sources, targets = _open_lines(source_path), _open_lines(target_path)
     for raw_source, raw_target in _zip_strict(sources, targets, source_path, target_path):
         if not raw_source.strip() and not raw_target.strip():
-            tally.skipped["blank"] += 1
-            yield None
-            continue
-        source, target = _decode(raw_source), _decode(raw_target)
-        if source is None or target is None:
-            tally.bad("invalid_utf8")
+            tally.blank()
             yield None
         else:
-            yield tally.add(source, target)
+            yield tally.add_raw(raw_source, raw_target)
 
 
 def read_tsv(path: str, max_chars: int = DEFAULT_MAX_CHARS) -> Corpus:
     """Reads `source<TAB>target` lines from `path`."""
     tally = Tally(path, max_chars)
-    return tally.finish([pair for pair in scan_tsv(path, tally) if pair])
+    return _checked_corpus(tally, [pair for pair in scan_tsv(path, tally) if pair])
 
 
 def read_parallel(source_path: str, target_path: str,
                   max_chars: int = DEFAULT_MAX_CHARS) -> Corpus:
     """Reads two line-aligned files; line n of one translates line n of the other."""
     tally = Tally(f"{source_path},{target_path}", max_chars)
-    return tally.finish([pair for pair in scan_parallel(source_path, target_path, tally)
-                         if pair])
+    return _checked_corpus(tally, [pair for pair in scan_parallel(source_path, target_path,
+                                                                   tally) if pair])
 
 
 def _zip_strict(a: Iterator[bytes], b: Iterator[bytes], a_name: str,
@@ -279,14 +203,10 @@ def read_tfds_wmt14(pair: str = "de-en", split: str = "train", reverse: bool = F
     dataset = source.builder(data_dir).as_dataset(split=split)
     tally, pairs = Tally(source.name, max_chars), []
     for example in tfds.as_numpy(dataset):
-        src, tgt = _decode(example[source.source_lang]), _decode(example[source.target_lang])
-        if src is None or tgt is None:
-            tally.bad("invalid_utf8")
-        else:
-            pair = tally.add(src, tgt)
-            if pair:
-                pairs.append(pair)
-    return tally.finish(pairs)
+        pair = tally.add_raw(example[source.source_lang], example[source.target_lang])
+        if pair:
+            pairs.append(pair)
+    return _checked_corpus(tally, pairs)
 
 
 def read_corpus(spec: str, max_chars: int = DEFAULT_MAX_CHARS) -> Corpus:

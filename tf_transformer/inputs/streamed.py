@@ -8,8 +8,8 @@ or mostly bad file fails at once with the same `CorpusError` as
 
   TextLineDataset -> enumerate (the line number is the pair's "index")
   -> shard by input pipeline (line i goes to pipeline i % n)
-  -> LINE_BATCH lines at a time, classified in the graph by the same rules as
-     corpus.py (blank, no_tab, extra_tab, empty_side, invalid_utf8, too_long)
+  -> LINE_BATCH lines at a time, classified in the graph by the rules of
+     line_rules.py (blank, no_tab, extra_tab, empty_side, invalid_utf8, too_long)
   -> counted into a `StreamTally` as they go by, kept pairs unbatched.
 
 A `StreamTally` logs its counts every REPORT_EVERY lines and at the end of each
@@ -30,17 +30,12 @@ import tensorflow as tf
 from absl import logging
 
 from tf_transformer.inputs import corpus as corpus_lib
-from tf_transformer.inputs.corpus import MALFORMED, CorpusError
+from tf_transformer.inputs import line_rules
+from tf_transformer.inputs.line_rules import LINE_REASONS, VALID, CorpusError
 
-LINE_REASONS = ("blank", "no_tab", "extra_tab", "empty_side", "invalid_utf8", "too_long")
-VALID = len(LINE_REASONS)  # the code of a kept line; counts are [reasons..., valid]
 LINE_BATCH = 1024  # lines per classifying call: amortises per-call overhead
 PROBE_LINES = 10_000
 REPORT_EVERY = 1_000_000  # lines (or tokenised pairs) between progress logs
-_ASCII_SPACE = r"[ \t\n\r\x0b\x0c]*"  # bytes.strip()
-_SPACE = r"[\t-\r\x{1c}-\x{1f}\x{85}\p{Z}]"  # str.strip(): str.isspace() characters
-_STRIP = rf"^{_SPACE}+|{_SPACE}+$"
-_UTF8 = r"[\x{0}-\x{D7FF}\x{E000}-\x{10FFFF}]*"  # bytes.decode("utf-8") accepts: no surrogates
 
 
 class StreamTally:
@@ -106,8 +101,9 @@ class StreamTally:
             whole, self._whole = self._whole, False
             skipped = {r: int(n) for r, n in zip(LINE_REASONS, counts) if n}
             lines = int(counts.sum() - counts[0])  # non-blank
-            malformed = sum(skipped.get(r, 0) for r in MALFORMED)
-            if whole and (lines == 0 or malformed * 2 > lines or not counts[VALID]):
+            malformed = line_rules.malformed_count(skipped)
+            if whole and (lines == 0 or line_rules.mostly_bad(skipped, lines)
+                          or not counts[VALID]):
                 raise CorpusError(f"{self.name}: {lines} non-blank lines, {malformed} "
                                   f"malformed, {int(counts[VALID])} kept {skipped}: empty, "
                                   "mostly bad or no valid pair")
@@ -122,14 +118,14 @@ class StreamTally:
 class StreamedCorpus:
     """A TSV or SRC,TGT corpus read from disk each pass; holds paths, never pairs."""
 
-    def __init__(self, spec: str, max_chars: int = corpus_lib.DEFAULT_MAX_CHARS,
+    def __init__(self, spec: str, max_chars: int = line_rules.DEFAULT_MAX_CHARS,
                  probe_lines: int = PROBE_LINES):
         self.paths, self.reverse = corpus_lib.split_spec(spec)
         self.name, self.max_chars = spec, max_chars
         self.tallies: dict[tuple[int, int], StreamTally] = {}  # shard -> its latest pipeline's
         self._probe(probe_lines)
 
-    def _scan(self, tally: corpus_lib.Tally) -> Iterator[tuple[str, str] | None]:
+    def _scan(self, tally: line_rules.Tally) -> Iterator[tuple[str, str] | None]:
         if len(self.paths) == 2:
             scan = corpus_lib.scan_parallel(*self.paths, tally)
         else:
@@ -138,7 +134,7 @@ class StreamedCorpus:
             yield pair[::-1] if pair and self.reverse else pair
 
     def _probe(self, probe_lines: int) -> None:
-        tally = corpus_lib.Tally(self.name, self.max_chars)
+        tally = line_rules.Tally(self.name, self.max_chars)
         lines = 0
         for lines, _ in enumerate(self._scan(tally), start=1):
             if lines >= probe_lines:
@@ -160,7 +156,7 @@ class StreamedCorpus:
         """Both sides of each valid pair (or only `side`, "source" or "target"), read in
         Python as the file streams by."""
         keep = {None: slice(None), "source": slice(0, 1), "target": slice(1, 2)}[side]
-        tally = corpus_lib.Tally(self.name, self.max_chars)
+        tally = line_rules.Tally(self.name, self.max_chars)
         for pair in self._scan(tally):
             if pair:
                 yield from pair[keep]
@@ -172,12 +168,12 @@ class StreamedCorpus:
         index, num = shard
         if len(self.paths) == 2:
             lines = _aligned(*self.paths).enumerate().shard(num, index).batch(LINE_BATCH)
-            return lines.map(lambda i, pair: classify_parallel(
+            return lines.map(lambda i, pair: line_rules.classify_parallel(
                 i, pair[0], pair[1], pair[2], pair[3], self.paths, self.max_chars),
                 num_parallel_calls=tf.data.AUTOTUNE)
         lines = tf.data.TextLineDataset(self.paths[0]).enumerate()
         return lines.shard(num, index).batch(LINE_BATCH).map(
-            lambda i, raw: classify_tsv(i, raw, self.max_chars),
+            lambda i, raw: line_rules.classify_tsv(i, raw, self.max_chars),
             num_parallel_calls=tf.data.AUTOTUNE)
 
     def pairs(self, shard: tuple[int, int] = (0, 1),
@@ -214,66 +210,6 @@ class StreamedCorpus:
                 .concatenate(marker(tally.end_pass)).unbatch())
 
 
-def _strip(text: tf.Tensor) -> tf.Tensor:
-    return tf.strings.regex_replace(text, _STRIP, "")
-
-
-def _side_code(source: tf.Tensor, target: tf.Tensor, max_chars: int) -> tf.Tensor:
-    """empty_side, too_long or valid for stripped sides, as corpus.Tally.add."""
-    empty = tf.equal(source, "") | tf.equal(target, "")
-    too_long = ((tf.strings.length(source, unit="UTF8_CHAR") > max_chars)
-                | (tf.strings.length(target, unit="UTF8_CHAR") > max_chars))
-    return tf.where(empty, LINE_REASONS.index("empty_side"),
-                    tf.where(too_long, LINE_REASONS.index("too_long"), VALID))
-
-
-def _valid_utf8(raw: tf.Tensor) -> tf.Tensor:
-    # RE2 matches only well-formed UTF-8 (8x faster here than unicode_transcode).
-    return tf.strings.regex_full_match(raw, _UTF8)
-
-
-def _without_bom(index: tf.Tensor, raw: tf.Tensor) -> tf.Tensor:
-    """Drops a UTF-8 byte-order mark from line 0; only the batch holding it pays."""
-    def strip():
-        return tf.where(tf.equal(index, 0), tf.strings.regex_replace(raw, "^\ufeff", ""), raw)
-
-    return tf.cond(tf.reduce_any(tf.equal(index, 0)), strip, lambda: raw)
-
-
-def classify_tsv(index: tf.Tensor, raw: tf.Tensor, max_chars: int):
-    """[n] raw lines -> (index, source, target, code): the rules of corpus.scan_tsv."""
-    raw = _without_bom(index, raw)
-    fields = tf.strings.split(raw, "\t", maxsplit=2)
-    padded = fields.to_tensor("", shape=[None, 3])
-    source, target = _strip(padded[:, 0]), _strip(padded[:, 1])
-    count = fields.row_lengths()
-    code = tf.where(count < 2, LINE_REASONS.index("no_tab"),
-                    tf.where(count > 2, LINE_REASONS.index("extra_tab"),
-                             _side_code(source, target, max_chars)))
-    code = tf.where(_valid_utf8(raw), code, LINE_REASONS.index("invalid_utf8"))
-    code = tf.where(tf.strings.regex_full_match(raw, _ASCII_SPACE), 0, code)
-    return index, source, target, code
-
-
-def classify_parallel(index, raw_source, raw_target, has_source, has_target,
-                      paths: list[str], max_chars: int):
-    """[n] aligned raw lines -> (index, source, target, code), as corpus.scan_parallel."""
-    aligned = tf.reduce_all(tf.equal(has_source, has_target))
-    check = tf.debugging.Assert(aligned, [f"{paths[0]},{paths[1]}: not line-aligned, "
-                                          "one file ends before line",
-                                          index[tf.argmax(has_source != has_target)] + 1])
-    with tf.control_dependencies([check]):
-        raw_source = _without_bom(index, raw_source)
-    raw_target = _without_bom(index, raw_target)
-    source, target = _strip(raw_source), _strip(raw_target)
-    code = _side_code(source, target, max_chars)
-    code = tf.where(_valid_utf8(raw_source) & _valid_utf8(raw_target), code,
-                    LINE_REASONS.index("invalid_utf8"))
-    blank = (tf.strings.regex_full_match(raw_source, _ASCII_SPACE)
-             & tf.strings.regex_full_match(raw_target, _ASCII_SPACE))
-    return index, source, target, tf.where(blank, 0, code)
-
-
 def _aligned(source_path: str, target_path: str) -> tf.data.Dataset:
     """(source, target, has_source, has_target) per line until both files end."""
     def side(path):
@@ -294,7 +230,7 @@ class TfdsCorpus(StreamedCorpus):
     the rules of the parallel-file reader (no_tab and extra_tab cannot occur).
     """
 
-    def __init__(self, spec: str, max_chars: int = corpus_lib.DEFAULT_MAX_CHARS,
+    def __init__(self, spec: str, max_chars: int = line_rules.DEFAULT_MAX_CHARS,
                  probe_lines: int = PROBE_LINES, data_dir: str | None = None):
         self.source = corpus_lib.parse_tfds_spec(spec)
         self.paths, self.reverse = [spec, spec], False  # the direction is in `source`
@@ -324,27 +260,22 @@ class TfdsCorpus(StreamedCorpus):
         except (KeyError, ValueError, AttributeError):
             return 0
 
-    def _scan(self, tally: corpus_lib.Tally):
+    def _scan(self, tally: line_rules.Tally):
         tfds = corpus_lib.import_tfds()
         for raw_source, raw_target in tfds.as_numpy(self.examples()):
-            source, target = corpus_lib._decode(raw_source), corpus_lib._decode(raw_target)
-            if source is None or target is None:
-                tally.bad("invalid_utf8")
-                yield None
-            else:
-                yield tally.add(source, target)
+            yield tally.add_raw(raw_source, raw_target)
 
     def _lines(self, shard: tuple[int, int]) -> tf.data.Dataset:
         index, num = shard
         pairs = self.examples(shard).enumerate().map(
             lambda i, pair: (i * num + index, pair[0], pair[1]))  # unique over pipelines
         return pairs.batch(LINE_BATCH).map(
-            lambda i, source, target: classify_parallel(
+            lambda i, source, target: line_rules.classify_parallel(
                 i, source, target, tf.ones_like(i, tf.bool), tf.ones_like(i, tf.bool),
                 self.paths, self.max_chars), num_parallel_calls=tf.data.AUTOTUNE)
 
 
-def open_corpus(spec: str, max_chars: int = corpus_lib.DEFAULT_MAX_CHARS):
+def open_corpus(spec: str, max_chars: int = line_rules.DEFAULT_MAX_CHARS):
     """The corpus a spec names, streamed from disk: a `TfdsCorpus` for
     `tfds:wmt14_translate/...`, else a `StreamedCorpus` (TSV or `SRC,TGT`).
 
