@@ -94,6 +94,42 @@ def test_no_import_circle_in_the_package():
     assert cycles(graph) == []
 
 
+# The modules that wrap Keras's private API, each fact behind a guard test
+# (tests/training/test_keras_optimizers.py).
+KERAS_ADAPTERS = {"tf_transformer.training.keras_optimizers"}
+# Underscore names that are public API: NamedTuple's methods, and a documented os function.
+PUBLIC_UNDERSCORE_CALLS = {"_replace", "_asdict", "_make", "os._exit"}
+
+
+def _other_objects_private_calls(tree: ast.Module) -> list[str]:
+    """The `x._name(...)` calls where x is not self, cls or super(): another object's
+    underscore method."""
+    found = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+            continue
+        name, owner = node.func.attr, ast.unparse(node.func.value)
+        if (not name.startswith("_") or (name.startswith("__") and name.endswith("__"))
+                or owner in ("self", "cls", "super()")
+                or {name, f"{owner}.{name}"} & PUBLIC_UNDERSCORE_CALLS):
+            continue
+        found.append(ast.unparse(node.func))
+    return found
+
+
+def test_no_module_calls_another_objects_private_method():
+    """A collaborator is called through its public methods (the trainer's step is step.py's
+    TrainStep for the compiled step and the host loop); only the Keras adapters reach in."""
+    for module, path in _modules().items():
+        if module not in KERAS_ADAPTERS:
+            tree = ast.parse(open(path, encoding="utf-8").read())
+            assert not _other_objects_private_calls(tree), module
+    found = _other_objects_private_calls(ast.parse(
+        "trainer._run_step(x)\nself._a()\ncls._b()\nsuper()._c()\nstate._replace(a=1)\n"
+        "x.__enter__()\nself.step._grads(b)\nos._exit(0)\n"))
+    assert found == ["trainer._run_step", "self.step._grads"]
+
+
 @pytest.mark.parametrize("package", ["tf_transformer.decoding", "tf_transformer.exporters",
                                      "tf_transformer.search", "tf_transformer.model"])
 def test_serving_side_never_imports_training(package):

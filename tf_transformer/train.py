@@ -14,7 +14,6 @@ Fine-tuning: --init_from=MODEL_DIR[:CHECKPOINT] starts a new --model_dir from a 
 model's weights (fine_tuning.py), with a fresh optimizer and schedule.
 """
 
-import dataclasses
 import sys
 
 from absl import app, flags, logging
@@ -80,6 +79,18 @@ FLAGS = flags.FLAGS
 def main(argv):
     del argv
     process_defaults.apply()  # before TensorFlow's import
+    options = train_options()
+    from tf_transformer.training import run
+    try:
+        run.train_and_evaluate(options)
+    except run.NonFiniteLossError as error:
+        logging.error("%s", error)
+        sys.exit(2)
+
+
+def train_options():
+    """The flags, checked, as a training/run.py TrainOptions (imports TensorFlow)."""
+    from tf_transformer.training.run import TrainOptions
     request = vocabulary_request()
     if FLAGS.vocab and request.separate:
         raise app.UsageError("--vocab is one shared vocabulary: give --source_vocab and "
@@ -87,87 +98,16 @@ def main(argv):
     if FLAGS.init_from and request.separate:
         raise app.UsageError("--init_from keeps the source model's vocabularies (or remaps a "
                              "new shared --vocab): no separate vocabulary flags")
-    init_from = flags_lib.init_from_flags() if FLAGS.init_from else None  # before TensorFlow
-
-    import tensorflow as tf
-
-    from tf_transformer import model_dir as model_dir_lib
-    from tf_transformer.inputs import corpus, packing, pipeline, streamed, tokenizer
-    from tf_transformer.training import distribution, divergence, precision, vocabularies
-    from tf_transformer.training.evaluators import dev_loss_fn
-    from tf_transformer.training.host_loop import NonFiniteLossError
-    from tf_transformer.training.trainer import Trainer
-
-    distribution.set_threads(FLAGS.intra_op_threads, FLAGS.inter_op_threads)
-    distribution.split_cpu(FLAGS.cpu_devices)
-    strategy = distribution.make_strategy(FLAGS.strategy, FLAGS.cpu_devices)
-    logging.info("strategy %s with %d replicas", type(strategy).__name__,
-                 strategy.num_replicas_in_sync)
-
-    train_corpus = streamed.open_corpus(FLAGS.train_data)
-    tok = vocabularies.vocabularies(request, FLAGS.model_dir, train_corpus,
-                                    distribution.is_chief(strategy),
-                                    init_from.model_dir if init_from else None)
-    source_tok, target_tok = tokenizer.sides(tok)
-    separate = source_tok is not target_tok
-    config = flags_lib.with_vocab_size(init_from.config if init_from else
-                                       flags_lib.config_from_flags(), target_tok.vocab_size,
-                                       source_tok.vocab_size if separate else None)
-    units, gpus = precision.cpu_matrix_units(), len(tf.config.list_logical_devices("GPU"))
-    config = precision.resolve(config, units, gpus)
-    logging.info("training dtype %s; CPU matrix units: %s", config.train.dtype,
-                 ",".join(units) or "none known")
-    for warning in precision.warnings(config.train.dtype, units, gpus):
-        logging.warning("%s", warning)
-    if distribution.is_chief(strategy):
-        model_dir_lib.prepare_model_dir(FLAGS.model_dir, config, source_tok.model_proto,
-                                        target_tok.model_proto if separate else None)
-    logging.info("config:\n%s", config.to_json())
-
-    evaluate_fn = None
-    if FLAGS.dev_data:
-        dev_corpus = corpus.read_corpus(FLAGS.dev_data)
-        shards = distribution.Shards(strategy)  # split over every replica and worker
-        dev_fn = pipeline.dataset_fn(dev_corpus, tok, config.data, training=False)
-        evaluate_fn = dev_loss_fn(dev_fn, config.train.label_smoothing, shards)
-        if FLAGS.dev_bleu_sentences:
-            from tf_transformer.cli import evaluation
-            evaluate_fn = evaluation.combine(evaluate_fn, evaluation.dev_bleu_fn(
-                dev_corpus, tok, config, FLAGS.dev_bleu_sentences, shards=shards))
-
-    def train_dataset_fn(start_step):
-        # 0 when the trainer restores the saved input position; otherwise (a
-        # checkpoint without one) resuming starts a new, differently seeded pass.
-        data = dataclasses.replace(config.data, seed=config.data.seed + start_step)
-        if data.packing:
-            return packing.dataset_fn(train_corpus, tok, data)
-        return pipeline.dataset_fn(train_corpus, tok, data, training=True)
-
-    unigram = None
-    if config.train.divergence_steps:
-        unigram = divergence.corpus_unigram_loss(train_corpus, target_tok,
-                                                 config.train.label_smoothing)
-        print_progress(f"unigram_loss={unigram:.4f} (a loss flat at this level: diverged)")
-    trainer = Trainer(config, FLAGS.model_dir, strategy, peak_tflops=FLAGS.peak_tflops)
-    if init_from:
-        from tf_transformer.training import fine_tuning
-        with strategy.scope():
-            record = fine_tuning.start(trainer.model, FLAGS.model_dir, init_from.model_dir,
-                                       init_from.checkpoint,
-                                       None if separate else source_tok.model_proto,
-                                       distribution.is_chief(strategy))
-        print_progress("init_from " + " ".join(f"{k}={v}" for k, v in record.items())
-                       if record else "init_from: resuming --model_dir's checkpoint")
-    try:
-        result = trainer.train(train_dataset_fn, config.train.max_steps, FLAGS.max_minutes,
-                               evaluate_fn=evaluate_fn, eval_every=FLAGS.eval_every,
-                               log_fn=print_progress, unigram_loss=unigram)
-    except NonFiniteLossError as error:
-        logging.error("%s", error)
-        sys.exit(2)
-    print_progress(f"done step={result.step} loss={result.loss:.4f} "
-                   f"stopped_by={result.stopped_by} checkpoint={result.checkpoint}"
-                   + (model_dir_lib.best_summary(FLAGS.model_dir) if evaluate_fn else ""))
+    init_from = flags_lib.init_from_flags() if FLAGS.init_from else None
+    return TrainOptions(
+        train_data=FLAGS.train_data, model_dir=FLAGS.model_dir, vocabularies=request,
+        config=init_from.config if init_from else flags_lib.config_from_flags(),
+        dev_data=FLAGS.dev_data, dev_bleu_sentences=FLAGS.dev_bleu_sentences,
+        eval_every=FLAGS.eval_every, max_minutes=FLAGS.max_minutes, strategy=FLAGS.strategy,
+        cpu_devices=FLAGS.cpu_devices, peak_tflops=FLAGS.peak_tflops,
+        intra_op_threads=FLAGS.intra_op_threads, inter_op_threads=FLAGS.inter_op_threads,
+        init_from_dir=init_from.model_dir if init_from else None,
+        init_from_checkpoint=init_from.checkpoint if init_from else None)
 
 
 def vocabulary_request():
@@ -177,11 +117,6 @@ def vocabulary_request():
         shared=FLAGS.vocab, size=FLAGS.vocab_size, byte_fallback=FLAGS.byte_fallback,
         source=FLAGS.source_vocab, target=FLAGS.target_vocab,
         source_size=FLAGS.source_vocab_size, target_size=FLAGS.target_vocab_size)
-
-
-def print_progress(line: str) -> None:
-    print(line, flush=True)
-    logging.info(line)
 
 
 def run():

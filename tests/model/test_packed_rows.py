@@ -140,15 +140,15 @@ def test_segments_of_one_side_only_are_refused():
 
 
 def test_trainer_grads_on_a_packed_row_equal_the_pairs_alone(tmp_path):
-    """The trainer hands the segment and position ids to the model (training/trainer.py)."""
+    """The trainer hands the segment and position ids to the model (training/step.py)."""
     from tf_transformer.config import Config, DataConfig
     from tf_transformer.training.trainer import Trainer
 
     config = Config(model=TINY, data=DataConfig(max_length=ROW, tokens_per_batch=2 * ROW))
     trainer = Trainer(config, str(tmp_path), tf.distribute.OneDeviceStrategy("/cpu:0"))
     pairs = _pairs(seed=4)
-    grads, loss, tokens, source_tokens = trainer._grads(_pack(pairs))
-    alone = [trainer._grads({k: tf.constant([p[i]]) for i, k in
+    grads, loss, tokens, source_tokens = trainer.train_step.grads(_pack(pairs))
+    alone = [trainer.train_step.grads({k: tf.constant([p[i]]) for i, k in
                              enumerate(("source", "target_in", "target_out"))}) for p in pairs]
     assert float(tokens) == sum(float(a[2]) for a in alone) == sum(len(p[2]) for p in pairs)
     assert float(source_tokens) == sum(len(p[0]) for p in pairs)

@@ -128,15 +128,15 @@ def test_xla_replica_step_traced_once_for_both_replicas_equals_plain(tmp_path):
     assert not trainer.step_policy.gather_targets
     # 2 steps: 4 batch shapes, 2 on each replica (each an XLA compilation).
     assert trainer.train(dataset_of(BATCHES), max_steps=2, log_fn=lambda line: None).step == 2
-    compiled = trainer.replica_grads
+    compiled = trainer.train_step.replica_grads
     assert compiled.traces == 1
-    assert not {"Where", "GatherNd"} & {op.type for op in compiled._concrete.graph.get_operations()}
+    assert not {"Where", "GatherNd"} & {op.type for op in compiled.graph.get_operations()}
 
     @tf.function(autograph=False)
     def both(batches):
         def replica(batch):
-            key = trainer._seed_key(0)
-            return compiled(batch, key), trainer._grads(batch, key)
+            key = trainer.train_step.dropout_key(0)
+            return compiled(batch, key), trainer.train_step.grads(batch, key)
         return mirrored.run(replica, args=(batches,))
 
     # The first step's pair: a batch of its own shape on each replica.

@@ -63,9 +63,9 @@ def test_output_layer_on_non_pad_positions_equals_the_full_masked_loss(tmp_path,
         token_loss, weights = losses.smoothed_cross_entropy(logits, batch["target_out"], 0.1)
         full_sum = tf.reduce_sum(token_loss)
     full_grads = [tf.convert_to_tensor(g) for g in tape.gradient(full_sum, variables)]
-    grads, loss_sum, tokens, _ = trainer._grads(batch)
+    grads, loss_sum, tokens, _ = trainer.train_step.grads(batch)
     assert float(tokens) == float(tf.reduce_sum(weights)) < 4 * 9
-    ops = {op.type for op in tf.function(trainer._loss_sums, autograph=False).get_concrete_function(
+    ops = {op.type for op in tf.function(trainer.train_step.loss_sums, autograph=False).get_concrete_function(
         {k: tf.TensorSpec([None, None], tf.int32) for k in batch}).graph.get_operations()}
     assert ("Where" in ops) == gather  # the data-dependent shape only where gathered
     np.testing.assert_allclose(float(loss_sum), float(full_sum), rtol=1e-6)

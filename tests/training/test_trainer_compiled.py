@@ -105,8 +105,8 @@ def test_compiled_step_equals_the_graph_step(trainers):
     # The gradients of the compiled program's first half (every position, pads weighted 0)
     # against the graph step's (the output layer on non-pad positions only).
     batch = {k: tf.constant(v) for k, v in batches[0].items()}
-    want = graph._grads(batch)
-    got = tf.function(compiled._grads, autograph=False, jit_compile=True)(batch)
+    want = graph.train_step.grads(batch)
+    got = tf.function(compiled.train_step.grads, autograph=False, jit_compile=True)(batch)
     np.testing.assert_allclose(float(got[1]), float(want[1]), rtol=1e-6)
     assert float(got[2]) == float(want[2]) < 4 * 9
     for g, w in zip(got[0], want[0]):

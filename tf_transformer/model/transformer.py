@@ -4,6 +4,7 @@ Entry points, each with one return type:
   build_model(config)                    -> a built Transformer
   call(inputs)                           -> float32 logits [batch, T, vocab] (training)
   states(inputs)                         -> decoder states [batch, T, d_model]
+  states(inputs, training=True, dropout_key=key): the masks picked by `key` (layers/dropout.py)
   logits(states)                         -> float32 logits [..., vocab]
   encode(source, kernels)                -> memory [batch, S, d_model]
   decode_states(target_in, memory, src)  -> decoder states [batch, T, d_model]
@@ -79,27 +80,31 @@ class Transformer(keras.Model):
 
     # -- training pass -----------------------------------------------------
     def encode(self, source, training=None, segments=None, positions=None,
-               kernels: kernels_lib.Kernels = kernels_lib.TRAINING):
+               kernels: kernels_lib.Kernels = kernels_lib.TRAINING, dropout_key=None):
         """[batch, S] source ids -> memory [batch, S, d_model] (pad positions masked out).
 
         segments, positions: [batch, S] of a packed row (positions default to
         masks.segment_positions); self-attention stays within each segment.
+        dropout_key: int64 scalar that picks every dropout mask, or None.
         """
         if segments is None:
             mask = masks.padding_mask(source)
         else:
             mask = masks.segment_mask(segments, segments)
             positions = masks.segment_positions(segments) if positions is None else positions
-        x = self.source_embedding(source, position_ids=positions, training=training)
-        return self.encoder(x, masks.attention_bias(mask), training=training, kernels=kernels)
+        x = self.source_embedding(source, position_ids=positions, training=training,
+                                  dropout_key=dropout_key)
+        return self.encoder(x, masks.attention_bias(mask), training=training, kernels=kernels,
+                            dropout_key=dropout_key)
 
     def decode_states(self, target_in, memory, source, training=None, target_segments=None,
-                      target_positions=None, source_segments=None):
+                      target_positions=None, source_segments=None, dropout_key=None):
         """Teacher-forced decoder output before the softmax layer: [batch, T, d_model].
 
         Packed rows give target_segments [batch, T] and source_segments
         [batch, S] together: self-attention causal within a target segment,
         cross-attention from target segment i to source segment i.
+        dropout_key: int64 scalar that picks every dropout mask, or None.
         """
         if (target_segments is None) != (source_segments is None):
             raise ValueError("packed rows need both target_segments and source_segments")
@@ -111,32 +116,40 @@ class Transformer(keras.Model):
             memory_mask = masks.segment_mask(target_segments, source_segments)
             if target_positions is None:
                 target_positions = masks.segment_positions(target_segments)
-        x = self.target_embedding(target_in, position_ids=target_positions, training=training)
+        # A shared embedding's second call in a pass (the source's was its first).
+        call = 1 if self.share_embeddings else 0
+        x = self.target_embedding(target_in, position_ids=target_positions, training=training,
+                                  dropout_key=dropout_key, dropout_call=call)
         return self.decoder(x, memory, masks.attention_bias(self_mask),
-                            masks.attention_bias(memory_mask), training=training)
+                            masks.attention_bias(memory_mask), training=training,
+                            dropout_key=dropout_key)
 
-    def states(self, inputs, training=None):
+    def states(self, inputs, training=None, dropout_key=None):
         """inputs as for `call` -> decoder states [batch, T, d_model]; `logits` finishes the pass.
 
         The trainer applies the 8000+-way output layer to non-pad positions only.
+        `dropout_key` (int64 scalar) picks every dropout mask of the pass, as flax's
+        `rngs`: the same key, the same masks (layers/dropout.py). Without it, training
+        draws from each Dropout's SeedGenerator, as Keras's Dropout does.
         """
         source, target_in = inputs["source"], inputs["target_in"]
         packed = {k: inputs.get(k) for k in PACKED_KEYS}
         memory = self.encode(source, training=training, segments=packed["source_segments"],
-                             positions=packed["source_positions"])
+                             positions=packed["source_positions"], dropout_key=dropout_key)
         return self.decode_states(target_in, memory, source, training=training,
                                   target_segments=packed["target_segments"],
                                   target_positions=packed["target_positions"],
-                                  source_segments=packed["source_segments"])
+                                  source_segments=packed["source_segments"],
+                                  dropout_key=dropout_key)
 
     def logits(self, states):
         """[..., d_model] decoder states -> float32 logits [..., vocab] (the shared table)."""
         return self.target_embedding.logits(states)
 
-    def call(self, inputs, training=None):
+    def call(self, inputs, training=None, dropout_key=None):
         """inputs: {"source": [batch, S], "target_in": [batch, T]}, optionally PACKED_KEYS
-        -> float32 logits [batch, T, vocab]."""
-        return self.logits(self.states(inputs, training=training))
+        -> float32 logits [batch, T, vocab]; `dropout_key` as for `states`."""
+        return self.logits(self.states(inputs, training=training, dropout_key=dropout_key))
 
     # -- incremental decoding ------------------------------------------------
     def initial_cache(self, memory, source, empty: caches.EmptyCache = caches.chunked(),

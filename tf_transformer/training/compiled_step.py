@@ -1,7 +1,9 @@
 """The step under XLA: `ReplicaGrads` (--jit_compile) and `CompiledStep` (--compile_step).
 
+Both receive the step (training/step.py: TrainStep) and call only its public methods.
+
 `ReplicaGrads` compiles one micro-batch's forward and backward pass (loss,
-token count, loss scaling) as one XLA function of (weights, batch, seed key,
+token count, loss scaling) as one XLA function of (weights, batch, dropout key,
 loss scale), the weights passed in as this replica's values (Keras's
 `StatelessScope`) rather than captured: under MirroredStrategy TensorFlow traces
 a function again for each replica's device, and a traced function captures
@@ -41,11 +43,11 @@ from tf_transformer.config import PAD_ID, ConfigError
 
 
 class ReplicaGrads:
-    """Callable like Trainer._grads(batch, seed_key) -> (grads, loss sum, tokens,
+    """Callable like TrainStep.grads(batch, dropout_key) -> (grads, loss sum, tokens,
     source tokens), in replica context; one trace for every replica (`traces`)."""
 
-    def __init__(self, trainer):
-        self._trainer = trainer
+    def __init__(self, step):
+        self._step = step
         self._fn = tf.function(self._grads_of_values, autograph=False, jit_compile=True)
         self._concrete = None
 
@@ -53,13 +55,18 @@ class ReplicaGrads:
     def traces(self) -> int:
         return self._fn.experimental_get_tracing_count()
 
-    def _grads_of_values(self, values, batch, seed_key, scale):
-        trainer = self._trainer
+    @property
+    def graph(self) -> tf.Graph:
+        """The traced function's graph (after `prepare`)."""
+        return self._concrete.graph
+
+    def _grads_of_values(self, values, batch, dropout_key, scale):
+        step = self._step
         with tf.GradientTape() as tape:
             tape.watch(values)
-            mapping = list(zip(trainer.model.trainable_variables, values))
+            mapping = list(zip(step.model.trainable_variables, values))
             with keras.StatelessScope(state_mapping=mapping):
-                loss_sum, tokens = trainer._loss_sums(batch, seed_key)
+                loss_sum, tokens = step.loss_sums(batch, dropout_key)
             scaled = loss_sum * scale
         grads = tape.gradient(scaled, values)
         return [tf.convert_to_tensor(g) for g in grads], loss_sum, tokens
@@ -70,36 +77,36 @@ class ReplicaGrads:
         Called eagerly, before the step function that calls this one is traced: the
         trace then holds no replica's device scope or variables."""
         if self._concrete is None:
-            variables = self._trainer.model.trainable_variables
+            variables = self._step.model.trainable_variables
             self._concrete = self._fn.get_concrete_function(
                 [tf.TensorSpec(v.shape, v.dtype) for v in variables],
                 {k: tf.TensorSpec([None] * spec.shape.rank, spec.dtype)
                  for k, spec in element_spec.items()},
                 tf.TensorSpec([], tf.int64), tf.TensorSpec([], tf.float32))
 
-    def __call__(self, batch, seed_key):
-        trainer = self._trainer
+    def __call__(self, batch, dropout_key):
+        step = self._step
         if self._concrete is None:
             raise RuntimeError("ReplicaGrads.prepare must trace it before the step is traced")
-        values = [tf.convert_to_tensor(v) for v in trainer.model.trainable_variables]
-        grads, loss_sum, tokens = self._concrete(values, batch, seed_key,
-                                                 trainer._loss_scale_factor())
+        values = [tf.convert_to_tensor(v) for v in step.model.trainable_variables]
+        grads, loss_sum, tokens = self._concrete(values, batch, dropout_key,
+                                                 step.loss_scale_factor())
         source_tokens = tf.reduce_sum(tf.cast(batch["source"] != PAD_ID, tf.float32))
         return grads, loss_sum, tokens, source_tokens
 
 
 class CompiledStep:
-    """Callable like Trainer.step_fn(): (iterator, flags=None) -> dict of float32 scalars."""
+    """Callable like TrainStep.step_fn(): (iterator, flags=None) -> dict of float32 scalars."""
 
-    def __init__(self, trainer):
-        strategy = trainer.strategy
+    def __init__(self, step):
+        strategy = step.strategy
         if strategy.num_replicas_in_sync != 1:
             raise ConfigError(
                 f"compile_step needs one replica, not {strategy.num_replicas_in_sync}: the "
                 "all-reduce and Adam's update cannot run in XLA under MirroredStrategy; "
                 "use --jit_compile (forward and backward compiled per replica)")
-        self._accum = trainer.config.train.accum_steps
-        self._replica = tf.function(trainer._replica_step, autograph=False, jit_compile=True)
+        self._accum = step.config.train.accum_steps
+        self._replica = tf.function(step.replica_step, autograph=False, jit_compile=True)
 
         @tf.function(autograph=False)  # no reduce_retracing: one trace per concrete shape
         def run(batches, flags):

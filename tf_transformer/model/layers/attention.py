@@ -88,13 +88,15 @@ class _Attention(keras.layers.Layer):
         return kernels.softmax(tf.cast(logits, tf.float32) + tf.cast(bias, tf.float32))
 
     def attend(self, q, k, v, bias, training=None, rows=None,
-               kernels: Kernels = kernels_lib.TRAINING, return_weights: bool = False):
+               kernels: Kernels = kernels_lib.TRAINING, return_weights: bool = False,
+               dropout_key=None):
         """q [b, h, T, d_k], k [b, h, S, d_k], v [b, h, S, d_v] -> [b, T, d_model], or
         to the leading dimensions `rows` when the query axis folds several rows
         (CrossAttention.step). With `return_weights`: (that, the attention weights
-        float32 [b, h, T, S] before dropout)."""
+        float32 [b, h, T, S] before dropout). `dropout_key` picks the weights' dropout
+        mask (layers/dropout.py)."""
         probabilities = self.attention_weights(q, k, bias, kernels)
-        weights = self.weights_dropout(probabilities, training=training)
+        weights = self.weights_dropout(probabilities, training=training, dropout_key=dropout_key)
         heads = kernels.attention(tf.cast(weights, v.dtype), v)  # [batch, h, T, d_v]
         if heads.shape[2] == 1 and rows is None:  # one query (a decoding step): a reshape
             heads = tf.reshape(heads, shapes.dims(heads, 1) + [1, self.num_heads * self.d_v])
@@ -130,10 +132,11 @@ class SelfAttention(_Attention):
         return (self.split_heads(q, self.d_k), self.split_heads(k, self.d_k),
                 self.split_heads(v, self.d_v))
 
-    def call(self, x, bias, training=None, kernels: Kernels = kernels_lib.TRAINING):
+    def call(self, x, bias, training=None, kernels: Kernels = kernels_lib.TRAINING,
+             dropout_key=None):
         """Full pass: x [batch, T, d_model], bias [batch|1, 1, T|1, T] -> [batch, T, d_model]."""
         q, k, v = self.project(x, kernels)
-        return self.attend(q, k, v, bias, training, kernels=kernels)
+        return self.attend(q, k, v, bias, training, kernels=kernels, dropout_key=dropout_key)
 
     def step(self, x, cache: SelfAttentionCache, step, kernels: Kernels = kernels_lib.STEP):
         """One decoding step (no dropout): x [batch, 1, d_model] at position `step`.
@@ -164,12 +167,13 @@ class CrossAttention(_Attention):
         k, v = tf.split(kv, [self.num_heads * self.d_k, self.num_heads * self.d_v], axis=-1)
         return self.split_heads(k, self.d_k), self.split_heads(v, self.d_v)
 
-    def call(self, x, memory, bias, training=None, kernels: Kernels = kernels_lib.TRAINING):
+    def call(self, x, memory, bias, training=None, kernels: Kernels = kernels_lib.TRAINING,
+             dropout_key=None):
         """x [batch, T, d_model], memory [batch, S, d_model], bias [batch, 1, 1|T, S]."""
         q = self.split_heads(linear(x, self.query_kernel, self.query_bias, kernels=kernels),
                              self.d_k)
         return self.attend(q, *self.project_memory(memory, kernels), bias, training,
-                           kernels=kernels)
+                           kernels=kernels, dropout_key=dropout_key)
 
     def step(self, x, memory_keys, memory_values, bias, kernels: Kernels = kernels_lib.STEP,
              return_weights: bool = False):

@@ -37,7 +37,7 @@ class DecoderLayer(TransformerLayer):
         self.feed_forward_dropout = self.sublayer_dropout()
         self.feed_forward_norm = self.norm("feed_forward_norm")
 
-    def call(self, x, memory, self_bias, memory_bias, training=None):
+    def call(self, x, memory, self_bias, memory_bias, training=None, dropout_key=None):
         """Teacher-forced pass.
 
         Args:
@@ -45,15 +45,18 @@ class DecoderLayer(TransformerLayer):
           memory: [batch, S, d_model] encoder output.
           self_bias: [batch, 1, T, T] causal and padding bias.
           memory_bias: [batch, 1, 1, S] source padding bias.
+          dropout_key: int64 scalar that picks every dropout mask (layers/dropout.py), or None.
         """
         x = self.residual(
-            x, lambda y: self.self_attention(y, self_bias, training=training),
-            self.self_attention_dropout, self.self_attention_norm, training)
+            x, lambda y: self.self_attention(y, self_bias, training=training,
+                                             dropout_key=dropout_key),
+            self.self_attention_dropout, self.self_attention_norm, training, dropout_key)
         x = self.residual(
-            x, lambda y: self.cross_attention(y, memory, memory_bias, training=training),
-            self.cross_attention_dropout, self.cross_attention_norm, training)
+            x, lambda y: self.cross_attention(y, memory, memory_bias, training=training,
+                                              dropout_key=dropout_key),
+            self.cross_attention_dropout, self.cross_attention_norm, training, dropout_key)
         return self.residual(x, self.feed_forward, self.feed_forward_dropout,
-                              self.feed_forward_norm, training)
+                              self.feed_forward_norm, training, dropout_key)
 
     def step(self, x, step, self_cache, memory_keys, memory_values, memory_bias,
              kernels: kernels_lib.Kernels = kernels_lib.STEP, with_attention: bool = False):
@@ -101,10 +104,11 @@ class Decoder(LayerStack):
 
     layer_class = DecoderLayer
 
-    def call(self, x, memory, self_bias, memory_bias, training=None):
+    def call(self, x, memory, self_bias, memory_bias, training=None, dropout_key=None):
         """[batch, T, d_model] embedded target -> [batch, T, d_model]."""
         for layer in self.layers:
-            x = layer(x, memory, self_bias, memory_bias, training=training)
+            x = layer(x, memory, self_bias, memory_bias, training=training,
+                      dropout_key=dropout_key)
         return self.normalize_output(x, training)
 
     def step(self, x, step, cache: DecoderCache,

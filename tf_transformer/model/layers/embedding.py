@@ -84,7 +84,7 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
                                       start_index=start_index)
 
     def call(self, ids, start_index=0, position_ids=None, position_vectors=None,
-             training=None):
+             training=None, dropout_key=None, dropout_call: int = 0):
         """[batch, length] int ids -> [batch, length, d_model] in the compute dtype.
 
         `position_ids` [batch, length] (packed rows: restarting at 0 per pair,
@@ -92,6 +92,8 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         t has position start_index + t. `position_vectors` [length, d_model]
         are those vectors already made (a decoding step reads its row of a table
         made once per search: `position_table`), so none is computed here.
+        `dropout_key` and `dropout_call` pick the dropout mask (layers/dropout.py): a
+        shared embedding is called once per side in a pass.
         """
         x = self.token_embedding(ids)
         x = x * tf.cast(self.d_model ** 0.5, x.dtype)
@@ -101,7 +103,8 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         if position_ids is not None:
             table = tf.gather(table, position_ids)  # [batch, length, d_model]
         x = x + tf.cast(table, x.dtype)
-        return self.embedding_dropout(x, training=training)
+        return self.embedding_dropout(x, training=training, dropout_key=dropout_key,
+                                      dropout_call=dropout_call)
 
     def logits(self, x, transposed_table=None,
                kernels: kernels_lib.Kernels = kernels_lib.TRAINING):

@@ -29,13 +29,17 @@ class EncoderLayer(TransformerLayer):
         self.feed_forward_dropout = self.sublayer_dropout()
         self.feed_forward_norm = self.norm("feed_forward_norm")
 
-    def call(self, x, bias, training=None, kernels: kernels_lib.Kernels = kernels_lib.TRAINING):
-        """x [batch, S, d_model]; bias: padding bias [batch, 1, 1, S]."""
+    def call(self, x, bias, training=None, kernels: kernels_lib.Kernels = kernels_lib.TRAINING,
+             dropout_key=None):
+        """x [batch, S, d_model]; bias: padding bias [batch, 1, 1, S]; dropout_key: int64
+        scalar that picks every dropout mask (layers/dropout.py), or None."""
         x = self.residual(
-            x, lambda y: self.self_attention(y, bias, training=training, kernels=kernels),
-            self.self_attention_dropout, self.self_attention_norm, training)
+            x, lambda y: self.self_attention(y, bias, training=training, kernels=kernels,
+                                             dropout_key=dropout_key),
+            self.self_attention_dropout, self.self_attention_norm, training, dropout_key)
         return self.residual(x, lambda y: self.feed_forward(y, kernels=kernels),
-                             self.feed_forward_dropout, self.feed_forward_norm, training)
+                             self.feed_forward_dropout, self.feed_forward_norm, training,
+                             dropout_key)
 
 
 @keras.saving.register_keras_serializable(package="tf_transformer")
@@ -44,8 +48,9 @@ class Encoder(LayerStack):
 
     layer_class = EncoderLayer
 
-    def call(self, x, bias, training=None, kernels: kernels_lib.Kernels = kernels_lib.TRAINING):
+    def call(self, x, bias, training=None, kernels: kernels_lib.Kernels = kernels_lib.TRAINING,
+             dropout_key=None):
         """[batch, S, d_model] embedded source -> memory [batch, S, d_model]."""
         for layer in self.layers:
-            x = layer(x, bias, training=training, kernels=kernels)
+            x = layer(x, bias, training=training, kernels=kernels, dropout_key=dropout_key)
         return self.normalize_output(x, training)

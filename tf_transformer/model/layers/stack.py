@@ -40,12 +40,14 @@ class TransformerLayer(keras.layers.Layer):
             getattr(self, name).build((None, None, self.d_model))
         self.built = True
 
-    def residual(self, x, sublayer, dropout, norm, training):
+    def residual(self, x, sublayer, dropout, norm, training, dropout_key=None):
         """The paper's LayerNorm(x + Dropout(Sublayer(x))), or its pre-norm variant
-        x + Dropout(Sublayer(LayerNorm(x)))."""
+        x + Dropout(Sublayer(LayerNorm(x))); `dropout_key` picks the mask (layers/dropout.py)."""
         if self.pre_norm:
-            return x + dropout(sublayer(norm(x, training=training)), training=training)
-        return norm(x + dropout(sublayer(x), training=training), training=training)
+            return x + dropout(sublayer(norm(x, training=training)), training=training,
+                               dropout_key=dropout_key)
+        return norm(x + dropout(sublayer(x), training=training, dropout_key=dropout_key),
+                    training=training)
 
     def get_config(self):
         config = super().get_config()
