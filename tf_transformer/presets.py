@@ -124,18 +124,20 @@ def table_rows(vocab_size: int) -> list[dict]:
     return rows
 
 
-def main(argv):
+def format_table(rows: list[dict]) -> str:
+    """`table_rows` as tab-separated lines: the keys as a header, then one line per row."""
+    lines = ["\t".join(rows[0])] + ["\t".join(str(v) for v in row.values()) for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv, vocab_size: int = PAPER_VOCAB_SIZE):
+    """The `python -m tf_transformer.presets` table, every preset at `vocab_size`."""
     del argv
-    from absl import flags
-
-    rows = table_rows(flags.FLAGS.vocab_size)
-    print("\t".join(rows[0]))
-    for row in rows:
-        print("\t".join(str(v) for v in row.values()))
+    print(format_table(table_rows(vocab_size)), end="")
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # the binary: its one flag is read here and passed in
     from absl import app, flags
 
     flags.DEFINE_integer("vocab_size", PAPER_VOCAB_SIZE, "Shared vocabulary size for every preset.")
-    app.run(main)
+    app.run(lambda argv: main(argv, flags.FLAGS.vocab_size))
