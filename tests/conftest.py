@@ -34,7 +34,7 @@ distribution.split_cpu(TEST_CPU_DEVICES)
 from model_fixtures import EMBEDDED_CORPUS_DIR, REPO_ROOT  # noqa: E402,F401
 
 
-# --- Corpus and tokenizers shared by the data tests (tf_transformer/corpus.py, tokenizer.py).
+# --- Corpus and tokenizers shared by the data tests (tf_transformer/inputs/corpus.py, tokenizer.py).
 import pytest  # noqa: E402
 
 

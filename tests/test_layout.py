@@ -7,7 +7,9 @@ before TensorFlow is imported), and every tf.function is traced without autograp
 from __future__ import annotations
 
 import ast
+import glob
 import os
+import re
 import subprocess
 import sys
 
@@ -22,15 +24,10 @@ BINARIES = ["tf_transformer.train", "tf_transformer.translate", "tf_transformer.
 
 
 def _modules() -> dict[str, str]:
-    """Module name -> path, for every module of tf_transformer/."""
-    modules = {}
-    for directory, _, files in os.walk(PACKAGE):
-        for name in files:
-            if name.endswith(".py"):
-                path = os.path.join(directory, name)
-                module = os.path.relpath(path, REPO_ROOT)[:-3].replace(os.sep, ".")
-                modules[module.removesuffix(".__init__")] = path
-    return modules
+    """Module name -> path, for every module of tf_transformer/ (a package as its __init__)."""
+    paths = glob.glob(os.path.join(PACKAGE, "**", "*.py"), recursive=True)
+    return {os.path.relpath(path, REPO_ROOT)[:-3].replace(os.sep, ".").removesuffix(".__init__"):
+            path for path in paths}
 
 
 def import_graph() -> dict[str, set[str]]:
@@ -269,3 +266,45 @@ def test_a_finished_binary_exits_without_teardown_but_a_cluster_worker_does_not(
         source = open(path, encoding="utf-8").read()
         assert source.endswith('if __name__ == "__main__":\n    run()\n'), module
         assert "flags_lib.run_binary(main, __name__)" in source, module
+
+
+def _absl_flags_imports(tree: ast.Module) -> list[str]:
+    """The imports of absl's flags outside an `if __name__ == "__main__":` block."""
+    body = [n for n in tree.body if not (isinstance(n, ast.If) and "__name__" in ast.unparse(n.test))]
+    return [ast.unparse(n) for statement in body for n in ast.walk(statement)
+            if (isinstance(n, ast.ImportFrom) and n.module == "absl"
+                and any(a.name == "flags" for a in n.names))
+            or (isinstance(n, ast.Import) and any(a.name == "absl.flags" for a in n.names))]
+
+
+def test_library_modules_never_read_absl_flags():
+    """flags.py reads the flags for the binaries; a library module takes values as arguments
+    (a binary's own `__main__` block, as presets.py's, may read its flag and pass it in)."""
+    readers = set(BINARIES) | {"tf_transformer.flags", "tf_transformer.summary"}
+    for module, path in _modules().items():
+        if module not in readers:
+            assert not _absl_flags_imports(ast.parse(open(path, encoding="utf-8").read())), module
+    found = _absl_flags_imports(ast.parse(
+        "def main():\n    from absl import flags\nimport absl.flags\n"
+        "if __name__ == '__main__':\n    from absl import app, flags\n"))
+    assert found == ["from absl import flags", "import absl.flags"]
+
+
+_REPO_PATH = re.compile(r"(?<![\w/.])((?:tf_transformer|tests|export|bench|data)/[\w/.-]*"
+                        r"\.(?:py|md|txt|json|flags))")
+
+
+def test_paths_named_in_the_code_exist():
+    """A file path a docstring, comment or requirement names (tf_transformer/..., tests/...,
+    export/..., bench/..., data/...) points at a file of the repository."""
+    files = [os.path.join(REPO_ROOT, name) for name in ("requirements.txt", "requirements-test.txt")]
+    for top in ("tf_transformer", "export", "tests"):
+        files += [os.path.join(directory, name)
+                  for directory, _, names in os.walk(os.path.join(REPO_ROOT, top))
+                  for name in names if name.endswith((".py", ".txt", ".md"))]
+    stale = [f"{os.path.relpath(path, REPO_ROOT)}: {named}" for path in files
+             for named in _REPO_PATH.findall(open(path, encoding="utf-8").read())
+             if not os.path.exists(os.path.join(REPO_ROOT, named))]
+    assert not stale
+    named = "see tests" + "/gone.py and a/tests/x.py"  # split: this file names no stale path
+    assert _REPO_PATH.findall(named) == ["tests" + "/gone.py"]

@@ -2,9 +2,9 @@
 
   python -I export/serving/translate_saved_model.py --saved_model=EXPORT_DIR/1 < in.txt > out.txt
 
-A client example and the clean-process check of tests/test_export.py. It imports
-nothing of this repository, keras, keras_hub or keras_nlp; with --refuse=all
-an import hook makes any attempt to import them fail, and records it.
+A client example and the clean-process check of tests/exporters/test_export_processes.py.
+It imports nothing of this repository, keras, keras_hub or keras_nlp; with
+--refuse=all an import hook makes any attempt to import them fail, and records it.
 
 The tensorflow-text ops are registered in one of two ways:
   --ops=tensorflow_text  `import tensorflow_text` (the usual way). Note that
