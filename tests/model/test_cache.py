@@ -4,23 +4,13 @@ eagerly, inside tf.while_loop and under XLA; the beam-facing protocol."""
 import numpy as np
 import pytest
 import tensorflow as tf
+from layer_fixtures import TINY, random_batch
 
-from tf_transformer.config import BOS_ID, ModelConfig
 from tf_transformer.model import build_model, cache, masks
 from tf_transformer.model.cache import DecoderCache, FixedCache, GrowingCache
 
-TINY = ModelConfig(vocab_size=40, num_layers=2, d_model=32, d_ff=64, num_heads=4, dropout=0.0)
 KINDS = {"growing": lambda length: cache.growing(), "chunked": lambda length: cache.chunked(),
          "fixed": cache.fixed}
-
-
-def _batch(batch=2, s=7, t=8):
-    rng = np.random.default_rng(0)
-    source = rng.integers(4, 40, size=(batch, s))
-    target = rng.integers(4, 40, size=(batch, t))
-    target[:, 0] = BOS_ID
-    source[1, 4:] = 0  # a shorter source
-    return tf.constant(source, tf.int32), tf.constant(target, tf.int32)
 
 
 def _full(model, source, target):
@@ -42,7 +32,7 @@ def test_cached_decoding_equals_full_pass(overrides, kind):
     table_positions = overrides.pop("table_positions", 0)
     memory_multiple = overrides.pop("memory_multiple", 1)
     model = build_model(TINY.__class__(**{**TINY.__dict__, **overrides}))
-    source, target = _batch()
+    source, target = random_batch()
     state = model.initial_cache(model.encode(source), source, KINDS[kind](8), transpose_output,
                                 positions=tf.constant(table_positions) if table_positions else 0,
                                 memory_multiple=memory_multiple)
@@ -65,7 +55,7 @@ def test_a_chunked_cache_grows_by_chunks(monkeypatch):
     columns masked, every step equal to the full pass."""
     monkeypatch.setattr(cache.ChunkedCache, "CHUNK", 3)
     model = build_model(TINY)
-    source, target = _batch()
+    source, target = random_batch()
     state = model.initial_cache(model.encode(source), source, cache.chunked())
     steps, lengths = [], []
     for step in range(8):
@@ -110,7 +100,7 @@ def _loop_decoder(model, kind, jit):
 def test_cache_equals_full_pass_compiled(kind, jit):
     """5 steps: a loop of several steps (XLA unrolls the growing cache's) is the point."""
     model = build_model(TINY)
-    source, target = _batch(t=5)
+    source, target = random_batch(t=5)
     decode = _loop_decoder(model, kind, jit)
     np.testing.assert_allclose(decode(source, target).numpy(), _full(model, source, target),
                                atol=1e-5)
@@ -119,7 +109,7 @@ def test_cache_equals_full_pass_compiled(kind, jit):
 def test_short_fixed_cache_padded_midway_equals_full_pass():
     """XLA's staging (decoding/compiled_search.py): 3 steps on 3 positions, then 8."""
     model = build_model(TINY)
-    source, target = _batch()
+    source, target = random_batch()
     state = model.initial_cache(model.encode(source), source, cache.fixed(3))
     steps = []
     for step in range(8):
@@ -149,7 +139,7 @@ def test_both_kinds_write_the_same_positions():
 
 def test_beams_share_memory_and_reorder_self_attention():
     model = build_model(TINY)
-    source, target = _batch()
+    source, target = random_batch()
     state = model.initial_cache(model.encode(source), source, cache.fixed(8))
     _, state = model.decode_step(target, tf.constant(0), state)
     tiled = state.tile(3)
@@ -173,7 +163,7 @@ def test_beams_share_memory_and_reorder_self_attention():
 def test_compact_gathers_every_part_and_may_drop_rows():
     """Finished sentences leave the batch (decoding/live_rows.py): memory follows too."""
     model = build_model(TINY)
-    source, target = _batch()
+    source, target = random_batch()
     state = model.initial_cache(model.encode(source), source, cache.growing())
     _, state = model.decode_step(target, tf.constant(0), state)
     tiled = state.tile(2)
@@ -192,7 +182,7 @@ def test_a_beam_folded_into_the_query_axis_attends_like_tiled_memory():
     """CrossAttention.step with one memory row per sentence and `group` query rows per
     sentence gives what the same queries give against a memory tiled to every row."""
     model = build_model(TINY)
-    source, _ = _batch()
+    source, _ = random_batch()
     layer = model.decoder.layers[0].cross_attention
     keys, values = layer.project_memory(model.encode(source))
     bias = masks.attention_bias(masks.padding_mask(source))

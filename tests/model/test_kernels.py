@@ -5,20 +5,9 @@ tests fail loudly if TensorFlow changes the ops under them)."""
 import numpy as np
 import pytest
 import tensorflow as tf
+from layer_fixtures import TINY, random_batch
 
-from tf_transformer.config import BOS_ID, ModelConfig
 from tf_transformer.model import build_model, cache, kernels
-
-TINY = ModelConfig(vocab_size=40, num_layers=2, d_model=32, d_ff=64, num_heads=4, dropout=0.0)
-
-
-def _batch(batch=2, s=7, t=8):
-    rng = np.random.default_rng(0)
-    source = rng.integers(4, 40, size=(batch, s))
-    target = rng.integers(4, 40, size=(batch, t))
-    target[:, 0] = BOS_ID
-    source[1, 4:] = 0  # a shorter source
-    return tf.constant(source, tf.int32), tf.constant(target, tf.int32)
 
 
 def _op_types(function, *args) -> set:
@@ -31,7 +20,7 @@ def test_a_decoding_step_runs_its_products_on_eigen():
     oneDNN rewrite, so no oneDNN kernel per shape) and its softmax exp(LogSoftmax); the
     full pass keeps MatMul and BatchMatMulV2."""
     model = build_model(TINY)
-    source, target = _batch()
+    source, target = random_batch()
     state = model.initial_cache(model.encode(source), source, cache.chunked(), True)
     step = _op_types(lambda t, s: model.decode_step(t, s, state)[0], target, tf.constant(0))
     assert "BatchMatMulV3" in step and not {"MatMul", "BatchMatMulV2", "Softmax"} & step
@@ -44,7 +33,7 @@ def test_the_training_kernels_make_a_step_plain_tf_matmul():
     """The policy, not the shape, decides: a step given TRAINING runs MatMul, with the
     STEP policy's logits."""
     model = build_model(TINY)
-    source, target = _batch()
+    source, target = random_batch()
     state = model.initial_cache(model.encode(source), source, cache.growing(), True)
     step = tf.constant(0)
     plain = _op_types(lambda t, s: model.decode_step(t, s, state, kernels.TRAINING)[0],
@@ -58,7 +47,7 @@ def test_the_encoding_kernels_run_the_projections_on_eigen():
     """The Translator encodes with ENCODING: its projections become BatchMatMulV3 (no
     oneDNN kernel per source width), attention stays BatchMatMulV2, the memory is the same."""
     model = build_model(TINY)
-    source, _ = _batch()
+    source, _ = random_batch()
 
     def encode(s):
         return model.encode(s, training=False, kernels=kernels.ENCODING)
@@ -140,7 +129,7 @@ def test_a_bfloat16_training_pass_has_no_fused_matmul_projections():
     Grappler has no MatMul to fuse into oneDNN's non-AMX inner product; its gradients
     stay MatMul."""
     model = build_model(TINY, dtype="mixed_bfloat16")
-    source, target = _batch()
+    source, target = random_batch()
 
     def loss(s, t):
         with tf.GradientTape() as tape:

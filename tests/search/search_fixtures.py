@@ -32,10 +32,10 @@ def make_tables(seed, batch, eos_bias=0.0, scale=2.0):
 
 
 class TableCache(NamedTuple):
-    """The tables and sentence numbers (shared by a sentence's beams), the prefix sums."""
+    """A scripted model's cache (beam_search.BeamCache): its tables, which a sentence's
+    beams share, and each hypothesis's prefix sum, which follows its parent."""
 
-    memory: tf.Tensor  # [batch, STEPS, VOCAB, MOD, VOCAB]
-    sentence: tf.Tensor  # float32 [batch]
+    memory: tf.Tensor  # [batch, STEPS, ...]: the tables, e.g. make_tables'
     sum: tf.Tensor  # int32 [rows]
 
     def tile(self, beam):
@@ -44,13 +44,26 @@ class TableCache(NamedTuple):
     def reorder(self, rows):
         return self._replace(sum=tf.gather(self.sum, rows))
 
-    def compact(self, rows):
+    def compact(self, rows):  # finished sentences leave the batch (live_rows.py)
         return self._make(tf.gather(t, rows) for t in self)
 
 
-def initial_cache(tables) -> TableCache:
+class SentenceCache(NamedTuple):
+    """A TableCache that also holds each sentence's number (the scripted attention's)."""
+
+    memory: tf.Tensor  # [batch, STEPS, VOCAB, MOD, VOCAB]
+    sentence: tf.Tensor  # float32 [batch]
+    sum: tf.Tensor  # int32 [rows]
+
+    tile = TableCache.tile
+    reorder = TableCache.reorder
+    compact = TableCache.compact
+
+
+def initial_cache(tables) -> SentenceCache:
     batch = tf.shape(tables)[0]
-    return TableCache(tables, tf.cast(tf.range(batch), tf.float32), tf.zeros([batch], tf.int32))
+    return SentenceCache(tables, tf.cast(tf.range(batch), tf.float32),
+                         tf.zeros([batch], tf.int32))
 
 
 def _step(ids, step, cache):
@@ -61,7 +74,7 @@ def _step(ids, step, cache):
 
 
 def scripted_fn(ids, step, cache):
-    """(ids [rows, width], step, TableCache) -> (logits [rows, VOCAB], cache)."""
+    """(ids [rows, width], step, SentenceCache) -> (logits [rows, VOCAB], cache)."""
     logits, cache, _ = _step(ids, step, cache)
     return logits, cache
 

@@ -9,11 +9,12 @@ tiles and reorders itself (beam_search.BeamCache) and leaves the table alone
 """
 
 import functools
-from typing import NamedTuple
 
 import numpy as np
 import pytest
 import tensorflow as tf
+from search_fixtures import (MOD, STEPS, TOKENS, VOCAB, TableCache, log_prob, make_tables,
+                             next_log_probs, penalty)
 
 from tf_transformer.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from tf_transformer.search.beam_search import (
@@ -23,43 +24,14 @@ from tf_transformer.search.beam_search import (
     length_penalty,
 )
 
-VOCAB = 6  # PAD 0, UNK 1, BOS 2, EOS 3, and 4, 5
-MOD = 3
-STEPS = 8  # the tables cover max lengths up to 8
-TOKENS = (1, EOS_ID, 4, 5)  # all but PAD and BOS
 TABLE_SPEC = tf.TensorSpec([None, STEPS, VOCAB, MOD, VOCAB], tf.float32)
 CALLS = tf.Variable(0, dtype=tf.int64, trainable=False)
-
-
-def make_tables(seed, batch, eos_bias=0.0, scale=2.0):
-    """[batch, STEPS, VOCAB, MOD, VOCAB] logits; PAD and BOS very unlikely."""
-    table = np.random.default_rng(seed).normal(size=(batch, STEPS, VOCAB, MOD, VOCAB)) * scale
-    table[..., EOS_ID] += eos_bias
-    table[..., PAD_ID] = -1e9
-    table[..., BOS_ID] = -1e9
-    return table.astype(np.float32)
 
 
 def _logits(table, step, prev, prefix_sum):
     rows = tf.range(tf.shape(prev)[0])
     index = tf.stack([rows, tf.fill(tf.shape(rows), step), prev, prefix_sum % MOD], axis=1)
     return tf.gather_nd(table, index)
-
-
-class TableCache(NamedTuple):
-    """The scripted model's cache: the tables every beam shares, and the prefix sums."""
-
-    memory: tf.Tensor  # [batch, STEPS, VOCAB, MOD, VOCAB]
-    sum: tf.Tensor  # int32 [batch]
-
-    def tile(self, beam):
-        return self._make(tf.repeat(t, beam, axis=0) for t in self)
-
-    def reorder(self, rows):
-        return self._replace(sum=tf.gather(self.sum, rows))
-
-    def compact(self, rows):  # finished sentences leave the batch (live_rows.py)
-        return self._make(tf.gather(t, rows) for t in self)
 
 
 class StuckCache(TableCache):
@@ -121,33 +93,17 @@ def decode(tables, max_lengths, alpha, beam, nbest, **kwargs):
 
 # -- numpy reference -------------------------------------------------------------
 
-def _log_softmax(x):
-    x = x.astype(np.float64)
-    x = x - x.max()
-    return x - np.log(np.exp(x).sum())
-
-
-def _next_log_probs(table, prefix):
-    """prefix starts with BOS; the model's log-probs for the next token."""
-    step = len(prefix) - 1
-    return _log_softmax(table[step, prefix[-1], sum(prefix) % MOD])
-
-
-def _penalty(length, alpha):
-    return ((5.0 + length) / 6.0) ** alpha
-
-
 def exhaustive(table, max_length, alpha):
     """Every output (ended by EOS, or forced at max_length), best first: [(score, tokens)]."""
     outputs = []
 
     def expand(prefix, log_prob):
-        log_probs = _next_log_probs(table, prefix)
+        log_probs = next_log_probs(table, prefix)
         for token in TOKENS:
             lp = log_prob + log_probs[token]
             tokens = prefix[1:] + [token]
             if token == EOS_ID or len(tokens) == max_length:
-                outputs.append((lp / _penalty(len(tokens), alpha), tokens))
+                outputs.append((lp / penalty(len(tokens), alpha), tokens))
             else:
                 expand(prefix + [token], lp)
 
@@ -159,17 +115,16 @@ def greedy(table, max_length, alpha):
     """Argmax decoding by hand: (score, tokens)."""
     prefix, log_prob = [BOS_ID], 0.0
     while True:
-        log_probs = _next_log_probs(table, prefix)
+        log_probs = next_log_probs(table, prefix)
         token = int(np.argmax(log_probs))
         log_prob += log_probs[token]
         prefix.append(token)
         if token == EOS_ID or len(prefix) - 1 == max_length:
-            return log_prob / _penalty(len(prefix) - 1, alpha), prefix[1:]
+            return log_prob / penalty(len(prefix) - 1, alpha), prefix[1:]
 
 
 def reference_score(table, tokens, alpha):
-    log_prob = sum(_next_log_probs(table, [BOS_ID] + tokens[:i])[t] for i, t in enumerate(tokens))
-    return log_prob / _penalty(len(tokens), alpha)
+    return log_prob(table, tokens) / penalty(len(tokens), alpha)
 
 
 def outputs(result, b):

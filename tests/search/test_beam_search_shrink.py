@@ -18,6 +18,7 @@ import random
 import numpy as np
 import pytest
 import tensorflow as tf
+from search_fixtures import TableCache
 
 from tf_transformer.config import BOS_ID, EOS_ID, PAD_ID, ModelConfig
 from tf_transformer.search import live_rows
@@ -42,22 +43,6 @@ def make_tables(seed):
     table[..., EOS_ID] += np.asarray(EOS_BIAS)[:, None, None]
     table[..., PAD_ID] = table[..., BOS_ID] = -1e9
     return table.astype(np.float32)
-
-
-class TableCache(NamedTuple):
-    """The tables (shared by a sentence's beams) and each hypothesis's last-token sum."""
-
-    memory: tf.Tensor  # [batch, STEPS, VOCAB, VOCAB]
-    sum: tf.Tensor  # int32 [batch]
-
-    def tile(self, beam):
-        return self._make(tf.repeat(t, beam, axis=0) for t in self)
-
-    def reorder(self, rows):
-        return self._replace(sum=tf.gather(self.sum, rows))
-
-    def compact(self, rows):
-        return self._make(tf.gather(t, rows) for t in self)
 
 
 class RigidCache(NamedTuple):
