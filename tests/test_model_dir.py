@@ -240,11 +240,6 @@ def test_the_model_dir_names_every_path_of_the_contract(tmp_path):
     assert ModelDir.of(path) == model_dir and ModelDir.of(model_dir) is model_dir
 
 
-# The modules that still build a model directory's paths themselves, until they take a
-# ModelDir (the trainer's split, issue 45). Each must still offend: fixed, it leaves here.
-NOT_YET_CONVERTED = {"tf_transformer/training/trainer.py"}
-
-
 def _joins_by_module() -> dict[str, list[str]]:
     """Module path (from the repository root) -> its joins onto a model directory, for
     every module of tf_transformer/ and export/ outside tf_transformer/model_dir/."""
@@ -264,9 +259,7 @@ def _joins_by_module() -> dict[str, list[str]]:
 
 
 def test_only_the_model_dir_package_joins_paths_onto_a_model_directory():
-    found = _joins_by_module()
-    assert {m: j for m, j in found.items() if m not in NOT_YET_CONVERTED} == {}
-    assert NOT_YET_CONVERTED <= found.keys(), "converted: remove it from NOT_YET_CONVERTED"
+    assert _joins_by_module() == {}
 
 
 def test_the_join_finder_sees_each_kind_of_join():

@@ -103,8 +103,8 @@ def test_start_initializes_a_new_directory_and_never_one_with_a_checkpoint(
         proto = f.read()
     source = model_dir_lib.load_model(ModelDir(tiny_model_dir))
     model = build_model(source.config.model)
-    new, source_dir = ModelDir(new_dir), ModelDir(tiny_model_dir)
-    record = fine_tuning.start(model, new, source_dir, None, proto)
+    tuned, source_dir = ModelDir(new_dir), ModelDir(tiny_model_dir)
+    record = fine_tuning.start(model, tuned, source_dir, None, proto)
     assert record == ModelDir(new_dir).read_init_from()
     assert record == {"model_dir": os.path.abspath(tiny_model_dir), "step": 0,
                       "checkpoint": os.path.abspath(os.path.join(tiny_model_dir, "ckpt-0")),
@@ -116,7 +116,7 @@ def test_start_initializes_a_new_directory_and_never_one_with_a_checkpoint(
     resumed = build_model(source.config.model)
     before = [w.numpy() for w in resumed.weights]
     assert not all(np.array_equal(a, b.numpy()) for a, b in zip(before, source.model.weights))
-    assert fine_tuning.start(resumed, new, source_dir, None, proto) is None
+    assert fine_tuning.start(resumed, tuned, source_dir, None, proto) is None
     for value, weight in zip(before, resumed.weights):
         np.testing.assert_array_equal(weight.numpy(), value)
 

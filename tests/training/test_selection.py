@@ -38,7 +38,7 @@ def run(tmp_path_factory, small_tokenizer, spm_model_path):
     model = build_model(config.model)
     manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model), path, max_to_keep=1)
     lines, weights = [], {}
-    chosen = ModelSelection(path, keep_best=2, early_stop=2, log_fn=lines.append)
+    chosen = ModelSelection(ModelDir(path), keep_best=2, early_stop=2, log_fn=lines.append)
     rng = np.random.default_rng(0)
     for step, bleu in BLEU.items():
         weights[step] = [rng.normal(size=v.shape).astype(np.float32) for v in model.weights]
@@ -78,7 +78,7 @@ def test_early_stop_after_n_evaluations_without_improvement(run):
 
 def test_a_restarted_run_reads_the_record(run):
     path, _, _, _ = run
-    resumed = ModelSelection(path, keep_best=2, early_stop=5, start_step=50)
+    resumed = ModelSelection(ModelDir(path), keep_best=2, early_stop=5, start_step=50)
     assert (resumed.best_score, resumed.since_best, resumed.metric) == (9.0, 3, "dev_bleu")
     assert not resumed.stop_requested
     resumed.chief = False  # a worker that only counts: no write
@@ -87,7 +87,7 @@ def test_a_restarted_run_reads_the_record(run):
     assert resumed.stop_requested and resumed.since_best == 5
     assert [e["step"] for e in ModelDir(path).read_record()["evaluations"]] == list(BLEU)
     # Restored from an older checkpoint: the later evaluations are forgotten.
-    older = ModelSelection(path, keep_best=2, start_step=30)
+    older = ModelSelection(ModelDir(path), keep_best=2, start_step=30)
     assert [e["step"] for e in older.evaluations] == [10, 20, 30]
     assert [e["step"] for e in older.best] == [20]
     with pytest.raises(ValueError, match="selects by dev_bleu"):
@@ -113,7 +113,7 @@ def test_best_without_a_record_is_not_found(tmp_path):
 
 
 def test_dev_loss_selects_when_there_is_no_bleu(tmp_path):
-    chosen = ModelSelection(str(tmp_path), keep_best=0, early_stop=1)
+    chosen = ModelSelection(ModelDir(str(tmp_path)), keep_best=0, early_stop=1)
     assert chosen.update(1, {"dev_loss": 3.0}, None)
     assert chosen.update(2, {"dev_loss": 2.5}, None)  # lower loss: better
     assert not chosen.update(3, {"dev_loss": 2.6}, None) and chosen.stop_requested

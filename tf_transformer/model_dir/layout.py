@@ -58,8 +58,7 @@ class ModelDir:
 
     @classmethod
     def of(cls, model_dir: ModelDir | str) -> ModelDir:
-        """`model_dir` itself, or the ModelDir of a path: for the callers that still pass
-        the path (training/trainer.py and train.py, until they hold a ModelDir)."""
+        """`model_dir` itself, or the ModelDir of a path (a caller that takes either)."""
         return model_dir if isinstance(model_dir, ModelDir) else cls(model_dir)
 
     def __repr__(self) -> str:

@@ -112,14 +112,12 @@ def initialize(model: tf.keras.Model, source_dir: ModelDir, checkpoint: str | No
     return record
 
 
-def start(model: tf.keras.Model, model_dir: ModelDir | str, source_dir: ModelDir,
+def start(model: tf.keras.Model, model_dir: ModelDir, source_dir: ModelDir,
           checkpoint: str | None, vocab_proto: bytes | None,
           write_record: bool = True) -> dict | None:
     """`initialize`s the model of a new fine-tuned `model_dir` and (`write_record`: the
     chief) writes the record to model_dir/init_from.json; returns the record. Nothing (None)
-    once model_dir holds a checkpoint: that directory resumes, it is never re-initialised.
-    `model_dir` may still be a path (train.py's, until it holds a ModelDir)."""
-    model_dir = ModelDir.of(model_dir)
+    once model_dir holds a checkpoint: that directory resumes, it is never re-initialised."""
     if model_dir.checkpoint_paths():
         return None
     record = initialize(model, source_dir, checkpoint, vocab_proto)

@@ -78,8 +78,8 @@ class Staged:
 
 
 class InputCheckpoint:
-    def __init__(self, model_dir: ModelDir | str, worker_index: int, max_to_keep: int):
-        self.directory = ModelDir.of(model_dir).input_state_dir(worker_index)
+    def __init__(self, model_dir: ModelDir, worker_index: int, max_to_keep: int):
+        self.directory = model_dir.input_state_dir(worker_index)
         self.max_to_keep = max_to_keep
         self.manager = None
         self.last_save = {"bytes": 0, "seconds": 0.0}

@@ -42,10 +42,10 @@ class ModelSelection:
     checkpoint) are forgotten.
     """
 
-    def __init__(self, model_dir: ModelDir | str, keep_best: int, early_stop: int = 0,
+    def __init__(self, model_dir: ModelDir, keep_best: int, early_stop: int = 0,
                  chief: bool = True, start_step: int = 0,
                  log_fn: Callable[[str], None] = logging.info):
-        self.model_dir = ModelDir.of(model_dir)
+        self.model_dir = model_dir
         self.keep_best, self.early_stop, self.chief = keep_best, early_stop, chief
         self.log_fn = log_fn
         record = self.model_dir.read_record()

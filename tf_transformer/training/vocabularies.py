@@ -41,14 +41,12 @@ class VocabularyRequest:
                                            self.target_size))
 
 
-def vocabularies(request: VocabularyRequest, model_dir: ModelDir | str, train_corpus,
-                 chief: bool, init_from_dir: ModelDir | None = None):
+def vocabularies(request: VocabularyRequest, model_dir: ModelDir, train_corpus, chief: bool,
+                 init_from_dir: ModelDir | None = None):
     """The shared Tokenizer, or a TokenizerPair for separate vocabularies.
 
     With `init_from_dir` (fine-tuning) and nothing asked beyond a shared --vocab,
-    the source model directory's own vocabularies (as long as model_dir has none).
-    `model_dir` may still be a path (train.py's, until it holds a ModelDir)."""
-    model_dir = ModelDir.of(model_dir)
+    the source model directory's own vocabularies (as long as model_dir has none)."""
     if init_from_dir and not request.separate and not request.shared:
         source, target = init_from_dir.vocab_paths()
         if model_dir.has_vocabularies():
