@@ -280,3 +280,22 @@ def test_the_join_finder_sees_each_kind_of_join():
         "c = f'no checkpoint in {model_dir}: is it a model directory?'\n"
         "d = os.path.join(export_dir, str(version))\n")
     assert fine == []
+
+
+def test_a_model_load_reads_config_json_once(tiny_model_dir, monkeypatch):
+    """Translator.from_model_dir reads config.json once (it was read twice), and not at all
+    when the caller hands it the Config it read (translator_from_flags)."""
+    from tf_transformer.decoding.translator import Translator
+
+    reads, read_config = [], ModelDir.read_config
+
+    def counted(self):
+        reads.append(self)
+        return read_config(self)
+
+    monkeypatch.setattr(ModelDir, "read_config", counted)
+    model_dir = ModelDir(tiny_model_dir)
+    translator = Translator.from_model_dir(model_dir)
+    assert reads == [model_dir] and translator.config == read_config(model_dir)
+    Translator.from_model_dir(model_dir, config=translator.config)
+    assert reads == [model_dir]

@@ -32,12 +32,14 @@ def main(argv):
     from tf_transformer.model_dir import BEST, ModelDir, write_averaged
 
     model_dir = ModelDir(FLAGS.model_dir)
+    config = model_dir.read_config()  # the one read: the model is built from it
     if FLAGS.num_best:
         number, which, checkpoint = FLAGS.num_best, "best", BEST
     else:
-        number = FLAGS.num_last or model_dir.read_config().train.average_last
+        number = FLAGS.num_last or config.train.average_last
         which, checkpoint = "last", None
-    path = write_averaged(model_dir, number, ModelDir(FLAGS.output), build_model, checkpoint)
+    path = write_averaged(model_dir, number, ModelDir(FLAGS.output), build_model, checkpoint,
+                          config)
     print(f"averaged {which} {number} checkpoints of {FLAGS.model_dir} into {path}")
 
 

@@ -84,16 +84,17 @@ def average_into(model: tf.keras.Model, paths: list[str]) -> None:
 
 
 def write_averaged(model_dir: ModelDir, num_last: int, output: ModelDir, build_model_fn,
-                   checkpoint: str | None = None) -> str:
+                   checkpoint: str | None = None, config: Config | None = None) -> str:
     """Averages the last `num_last` checkpoints of `model_dir` (checkpoint="best": the
     `num_last` best) into the new model directory `output`; returns its checkpoint.
 
     The output holds config.json, the vocabularies and one weights-only
     checkpoint (numbered by the newest step averaged), so translate, evaluate
-    and export accept it like a model_dir.
+    and export accept it like a model_dir. `config`: config.json as the caller has
+    read it already (else read here).
     """
     config, model, paths = load_model(model_dir, checkpoint, average_last=num_last,
-                                      build_model_fn=build_model_fn)
+                                      build_model_fn=build_model_fn, config=config)
     output.prepare(config, *model_dir.read_vocabularies())
     step = tf.Variable(max(int(p.rsplit("-", 1)[-1]) for p in paths), dtype=tf.int64)
     manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model, step=step),
