@@ -62,7 +62,6 @@ REPEATS = flags.DEFINE_integer("repeats", 3, "Timed runs per figure (median).")
 EXTRA = flags.DEFINE_integer("extra_length", 50, "Max output = source + this.")
 LENGTHS = flags.DEFINE_list("source_lengths", ["16", "32", "64", "128"], "Part 2 sources.")
 PROFILE = flags.DEFINE_bool("profile", False, "Print an op profile of one search instead.")
-TOP = flags.DEFINE_integer("top", 20, "Rows per profile table.")
 PARTS = flags.DEFINE_list("parts", ["throughput", "by_length", "mixed"], "Parts to run.")
 MIXED = flags.DEFINE_list("mixed_lengths", ["4", "64"], "Part 3: source lengths, min and max.")
 SOURCES = flags.DEFINE_string(
@@ -72,7 +71,6 @@ BATCH = flags.DEFINE_integer("batch", 32, "Batch size of part `real` and of --pr
 PROFILE_BATCHES = flags.DEFINE_integer(
     "profile_batches", 8, "--profile with --sources: this many batches, evenly spread over "
     "the sorted file.")
-REAL_BEAMS = flags.DEFINE_list("real_beams", ["4", "1"], "Beam sizes of part `real`.")
 DTYPE = flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"],
                           "DecodeConfig.dtype: the Translator's weights and products.")
 INTRA_OP = flags.DEFINE_integer(
@@ -197,15 +195,10 @@ def _real_batches(translator) -> list:
 
     with open(SOURCES.value, encoding="utf-8") as f:
         lines = [line.rstrip("\n") for line in f]
-    ids = [translator.source_ids(tf.constant(lines[i:i + 256])) for i in range(0, len(lines), 256)]
-    rows = [row[row > 0] for batch in ids for row in batch.numpy()]
-    rows.sort(key=len)
-    batches = []
-    for i in range(0, len(rows), BATCH.value):
-        chunk = rows[i:i + BATCH.value]
-        width = max(len(r) for r in chunk)
-        batches.append(tf.constant(np.stack([np.pad(r, (0, width - len(r))) for r in chunk])))
-    return batches
+    lengths = translator.tokenizer.tokenize(tf.constant(lines)).row_lengths().numpy()
+    lines = [lines[i] for i in np.argsort(lengths, kind="stable")]
+    return [translator.source_ids(tf.constant(lines[i:i + BATCH.value]))
+            for i in range(0, len(lines), BATCH.value)]
 
 
 def _print(name: str, figures: dict, **settings):
@@ -218,7 +211,7 @@ def _print_shares(title: str, totals: collections.Counter, num_steps: int, unit:
     """The top --top of `totals` (in `unit` per millisecond) with their share and ms/step."""
     print(title)
     total = sum(totals.values())
-    for name, value in totals.most_common(TOP.value):
+    for name, value in totals.most_common(20):
         print(f"  {name[:70]:70s} {value / total:6.1%} {value / unit / max(num_steps, 1):7.2f} ms/step")
 
 
@@ -296,7 +289,7 @@ def main(argv):
     if SOURCES.value:
         batches = _real_batches(translators[4][0])
         sentences = sum(int(b.shape[0]) for b in batches)
-        for beam in map(int, REAL_BEAMS.value):
+        for beam in (4, 1):
             _print("real", _measure(*translators[beam], batches, sentences), beam=beam,
                    batch=BATCH.value)
     for length in map(int, LENGTHS.value) if "by_length" in PARTS.value else ():

@@ -1,9 +1,9 @@
 """What the training loop costs the host per step, with nothing for the device to do.
 
   python -m bench.host_overhead [--steps_per_call=8] [--steps=400] [--cpu_devices=0]
-                                [--jit_compile] [--compile_step] [--num_layers=1]
+                                [--jit_compile]
 
-A model of negligible compute (--num_layers per stack, d_model 8, 16 tokens of vocabulary,
+A model of negligible compute (1+1 layers, d_model 8, 16 tokens of vocabulary,
 batches of 2x4 tokens) trains through the real Trainer.train loop, once with one
 step per tf.function call and once with --steps_per_call steps per call. Its
 ms_per_step is then the host's work per step: Python, the loop's calls, the
@@ -12,9 +12,7 @@ model's ops). On a GPU the device's step runs alongside it: a step shorter than
 this leaves the device waiting on the host. Each setting trains --steps steps
 three times (a log line, hence one read of the device, each) after one window
 that traces; prints `steps_per_call=N host_ms_per_step=X` (the best window) and
-every window. More layers mean more variables, hence more of the per-variable work
-outside a compiled pass (--jit_compile); --compile_step compiles Adam's update with
-the pass (one replica), which on a CPU also makes XLA run the update's arithmetic.
+every window.
 """
 
 import tempfile
@@ -28,13 +26,10 @@ CPU_DEVICES = flags.DEFINE_integer("cpu_devices", 0,
                                    "Split the CPU into N logical devices (mirrored replicas).")
 JIT_COMPILE = flags.DEFINE_bool("jit_compile", False,
                                 "Each replica's pass as one XLA function (--jit_compile).")
-COMPILE_STEP = flags.DEFINE_bool("compile_step", False,
-                                 "The whole step with Adam as one XLA function (--compile_step).")
-NUM_LAYERS = flags.DEFINE_integer("num_layers", 1, "Layers per stack of the tiny model.")
 
 
-def host_ms_per_step(steps_per_call: int, steps: int, strategy, jit_compile: bool = False,
-                     compile_step: bool = False, num_layers: int = 1) -> list[float]:
+def host_ms_per_step(steps_per_call: int, steps: int, strategy,
+                     jit_compile: bool = False) -> list[float]:
     """Milliseconds per step of each window after the first (which traces), from one
     log line (one read of the device) to the next."""
     import numpy as np
@@ -43,11 +38,11 @@ def host_ms_per_step(steps_per_call: int, steps: int, strategy, jit_compile: boo
     from tf_transformer.config import Config, ModelConfig, TrainConfig
     from tf_transformer.training.trainer import Trainer
 
-    model = ModelConfig(vocab_size=16, num_layers=num_layers, d_model=8, d_ff=8, num_heads=1,
+    model = ModelConfig(vocab_size=16, num_layers=1, d_model=8, d_ff=8, num_heads=1,
                         dropout=0.0)
     train = TrainConfig(warmup_steps=10, log_every=steps, checkpoint_minutes=1e9,
                         divergence_steps=0, steps_per_call=steps_per_call,
-                        jit_compile=jit_compile, compile_step=compile_step)
+                        jit_compile=jit_compile)
     trainer = Trainer(Config(model=model, train=train), tempfile.mkdtemp(), strategy)
     batch = {"source": np.array([[4, 5, 6, 3], [7, 8, 3, 0]], np.int32),
              "target_in": np.array([[2, 9, 10, 11], [2, 12, 13, 0]], np.int32),
@@ -73,11 +68,9 @@ def main(argv):
     distribution.split_cpu(CPU_DEVICES.value)
     strategy = distribution.make_strategy("auto", CPU_DEVICES.value)
     for n in (1, STEPS_PER_CALL.value):
-        windows = host_ms_per_step(n, STEPS.value, strategy, JIT_COMPILE.value,
-                                   COMPILE_STEP.value, NUM_LAYERS.value)
+        windows = host_ms_per_step(n, STEPS.value, strategy, JIT_COMPILE.value)
         print(f"steps_per_call={n} host_ms_per_step={min(windows):.3f} "
               f"replicas={strategy.num_replicas_in_sync} jit_compile={JIT_COMPILE.value} "
-              f"compile_step={COMPILE_STEP.value} num_layers={NUM_LAYERS.value} "
               f"windows_ms={','.join(f'{w:.3f}' for w in windows)}", flush=True)
 
 
