@@ -43,6 +43,7 @@ class ModelConfig:
     d_v: int = 0
     dropout: float = 0.1  # P_drop: residual and embedding dropout (section 5.4)
     attention_dropout: float = 0.0  # not in the paper; offered for experiments
+    relu_dropout: float = 0.0  # inside the FFN, after the ReLU: not in the paper
     positions: str = "sinusoid"  # "sinusoid" (section 3.5) or "learned" (row E)
     max_positions: int = 1024  # table size for learned positions; decode limit
     share_embeddings: bool = True  # source, target and pre-softmax (section 3.4)
@@ -65,7 +66,7 @@ class ModelConfig:
             raise ConfigError(f"positions must be one of {POSITION_KINDS}, got {self.positions!r}")
         if self.positions == "sinusoid" and self.d_model % 2:
             raise ConfigError("sinusoidal positions need an even d_model")
-        for name in ("dropout", "attention_dropout"):
+        for name in ("dropout", "attention_dropout", "relu_dropout"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ConfigError(f"{name} must be in [0, 1), got {getattr(self, name)}")
         if self.share_embeddings and self.source_vocab_size not in (0, self.vocab_size):

@@ -37,6 +37,8 @@ _MODEL_OVERRIDES = {
     "d_v": (int, "Value width per head (0: d_model/h)."),
     "dropout": (float, "P_drop: residual and embedding dropout."),
     "attention_dropout": (float, "Dropout on attention weights (not in the paper)."),
+    "relu_dropout": (float, "Dropout inside the feed-forward network, after the ReLU "
+                            "(not in the paper)."),
     "positions": (str, "sinusoid or learned."),
     "pre_norm": (bool, "Normalise before each sub-layer instead of after."),
 }
@@ -185,7 +187,7 @@ def config_from_flags(vocab_size: int | None = None) -> Config:
 
 
 # ModelConfig fields a fine-tuned model may change: regularisation, not its weights' shapes.
-FINE_TUNING_MODEL_CHANGES = ("dropout", "attention_dropout")
+FINE_TUNING_MODEL_CHANGES = ("dropout", "attention_dropout", "relu_dropout")
 
 
 class InitFrom(NamedTuple):
@@ -216,7 +218,7 @@ def init_from_flags() -> InitFrom:
 def fine_tuning_config(source: Config) -> Config:
     """The Config of a model fine-tuned from `source` (the --init_from model's config.json):
     its architecture and settings, with the data and train flags the user set and
-    --dropout / --attention_dropout. --preset, or a model flag that would change the
+    --dropout / --attention_dropout / --relu_dropout. --preset, or a model flag that would change the
     architecture, is a UsageError. The vocabulary size stays the source's (with_vocab_size)."""
     if FLAGS["preset"].present:
         raise app.UsageError("--preset with --init_from: the architecture is the source "

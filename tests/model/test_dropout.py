@@ -15,10 +15,10 @@ from tf_transformer.model.layers.dropout import Dropout
 
 ELEMENTS = 1 << 22  # the drop fraction's standard deviation at P_drop 0.1: 1.5e-4
 MODEL = ModelConfig(vocab_size=30, num_layers=2, d_model=16, d_ff=32, num_heads=2, dropout=0.1,
-                    attention_dropout=0.1)
-# The shared embedding's; per encoder layer self-attention's weights and 2 residuals; per
-# decoder layer self- and cross-attention's weights and 3 residuals.
-DROPOUTS = 1 + MODEL.num_layers * (1 + 2) + MODEL.num_layers * (2 + 3)
+                    attention_dropout=0.1, relu_dropout=0.1)
+# The shared embedding's; per encoder layer self-attention's weights, the FFN's ReLU and 2
+# residuals; per decoder layer self- and cross-attention's weights, the ReLU and 3 residuals.
+DROPOUTS = 1 + MODEL.num_layers * (1 + 1 + 2) + MODEL.num_layers * (2 + 1 + 3)
 
 
 def _key(value):
@@ -116,7 +116,8 @@ def test_every_dropout_of_the_model_has_its_own_constant_fixed_by_the_seed():
     assert len(seeds) == len(set(seeds)) == DROPOUTS
     random.seed(4)
     assert [d.seed for d in _dropouts(build_model(MODEL))] == seeds
-    no_dropout = build_model(dataclasses.replace(MODEL, dropout=0.0, attention_dropout=0.0))
+    no_dropout = build_model(dataclasses.replace(MODEL, dropout=0.0, attention_dropout=0.0,
+                                                 relu_dropout=0.0))
     assert {d.rate for d in _dropouts(no_dropout)} == {0.0}
 
 
@@ -140,3 +141,37 @@ def test_the_models_masks_are_a_function_of_the_key():
     assert np.abs(logits(training=True) - logits(training=True)).max() > 1e-3
     np.testing.assert_array_equal(logits(training=False),
                                   logits(training=False, dropout_key=_key(3)))
+
+
+def test_relu_dropout_drops_the_hidden_activations_after_the_relu():
+    """FFN(x) = W2 Dropout(max(0, x W1 + b1)) + b2 with --relu_dropout: with W2 the identity
+    and b2 zero the output is the ReLU's, each element kept (scaled by 1 / (1 - p)) or 0."""
+    from tf_transformer.model.layers.feed_forward import FeedForward
+
+    ffn = FeedForward(64, 64, relu_dropout=0.25)
+    ffn.build()
+    ffn.outer_kernel.assign(tf.eye(64))
+    x = tf.random.stateless_normal([256, 8, 64], seed=[1, 2])
+    relu = tf.nn.relu(x @ ffn.inner_kernel).numpy()
+    key = _key(5)
+    out = ffn(x, training=True, dropout_key=key).numpy()
+    dropped = (out == 0) & (relu > 0)
+    assert dropped.sum() / (relu > 0).sum() == pytest.approx(0.25, abs=0.01)
+    np.testing.assert_allclose(out[~dropped], relu[~dropped] / 0.75, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(ffn(x, training=True, dropout_key=key).numpy(), out)
+    np.testing.assert_allclose(ffn(x, training=False).numpy(), relu, rtol=1e-5, atol=1e-6)
+    # Inside, not on the output: with W2 all ones each output is the sum of the kept
+    # hidden units (the same mask for the same key), equal across the output's columns.
+    ffn.outer_kernel.assign(tf.ones([64, 64]))
+    summed = ffn(x, training=True, dropout_key=key).numpy()
+    np.testing.assert_allclose(summed, np.repeat(out.sum(-1, keepdims=True), 64, -1),
+                               rtol=1e-4, atol=1e-4)
+
+
+def test_relu_dropout_is_off_by_default_and_reaches_every_feed_forward():
+    assert ModelConfig().relu_dropout == 0.0
+    model = build_model(dataclasses.replace(MODEL, relu_dropout=0.3))
+    rates = [layer.feed_forward.hidden_dropout.rate
+             for stack in (model.encoder, model.decoder) for layer in stack.layers]
+    assert rates == [0.3] * (2 * MODEL.num_layers)
+    assert model.get_config()["relu_dropout"] == 0.3

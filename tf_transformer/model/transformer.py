@@ -42,8 +42,9 @@ class Transformer(keras.Model):
     def __init__(self, vocab_size, num_layers, d_model, d_ff, num_heads, d_k, d_v, dropout,
                  attention_dropout=0.0, positions="sinusoid", max_positions=1024,
                  share_embeddings=True, source_vocab_size=0, pre_norm=False,
-                 layer_norm_epsilon=1e-6, **kwargs):
+                 layer_norm_epsilon=1e-6, relu_dropout=0.0, **kwargs):
         super().__init__(**kwargs)
+        self.relu_dropout = relu_dropout
         self.vocab_size, self.num_layers, self.d_model, self.d_ff = vocab_size, num_layers, d_model, d_ff
         self.num_heads, self.d_k, self.d_v = num_heads, d_k, d_v
         self.dropout, self.attention_dropout = dropout, attention_dropout
@@ -61,7 +62,8 @@ class Transformer(keras.Model):
                                  else embedding(source_vocab_size or vocab_size, "source_embedding"))
         stack_args = dict(num_layers=num_layers, d_model=d_model, num_heads=num_heads, d_k=d_k,
                           d_v=d_v, d_ff=d_ff, dropout=dropout, attention_dropout=attention_dropout,
-                          pre_norm=pre_norm, layer_norm_epsilon=layer_norm_epsilon, dtype=policy)
+                          pre_norm=pre_norm, layer_norm_epsilon=layer_norm_epsilon,
+                          relu_dropout=relu_dropout, dtype=policy)
         self.encoder = Encoder(name="encoder", **stack_args)
         self.decoder = Decoder(name="decoder", **stack_args)
 
@@ -235,7 +237,8 @@ class Transformer(keras.Model):
             dropout=self.dropout, attention_dropout=self.attention_dropout,
             positions=self.positions, max_positions=self.max_positions,
             share_embeddings=self.share_embeddings, source_vocab_size=self.source_vocab_size,
-            pre_norm=self.pre_norm, layer_norm_epsilon=self.layer_norm_epsilon)
+            pre_norm=self.pre_norm, layer_norm_epsilon=self.layer_norm_epsilon,
+            relu_dropout=self.relu_dropout)
         return config
 
 

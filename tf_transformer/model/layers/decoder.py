@@ -10,7 +10,6 @@ import keras
 from tf_transformer.model import kernels as kernels_lib
 from tf_transformer.model.cache import DecoderCache
 from tf_transformer.model.layers.attention import CrossAttention, SelfAttention
-from tf_transformer.model.layers.feed_forward import FeedForward
 from tf_transformer.model.layers.stack import LayerStack, TransformerLayer
 
 
@@ -22,20 +21,10 @@ class DecoderLayer(TransformerLayer):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.self_attention = SelfAttention(
-            self.d_model, self.num_heads, self.d_k, self.d_v, self.attention_dropout,
-            name="self_attention", dtype=self.dtype_policy)
-        self.self_attention_dropout = self.sublayer_dropout()
-        self.self_attention_norm = self.norm("self_attention_norm")
-        self.cross_attention = CrossAttention(
-            self.d_model, self.num_heads, self.d_k, self.d_v, self.attention_dropout,
-            name="cross_attention", dtype=self.dtype_policy)
-        self.cross_attention_dropout = self.sublayer_dropout()
-        self.cross_attention_norm = self.norm("cross_attention_norm")
-        self.feed_forward = FeedForward(self.d_model, self.d_ff, name="feed_forward",
-                                        dtype=self.dtype_policy)
-        self.feed_forward_dropout = self.sublayer_dropout()
-        self.feed_forward_norm = self.norm("feed_forward_norm")
+        self.add_sublayer("self_attention", self.attention_layer(SelfAttention, "self_attention"))
+        self.add_sublayer("cross_attention",
+                          self.attention_layer(CrossAttention, "cross_attention"))
+        self.add_sublayer("feed_forward", self.feed_forward_layer())
 
     def call(self, x, memory, self_bias, memory_bias, training=None, dropout_key=None):
         """Teacher-forced pass.
@@ -47,16 +36,18 @@ class DecoderLayer(TransformerLayer):
           memory_bias: [batch, 1, 1, S] source padding bias.
           dropout_key: int64 scalar that picks every dropout mask (layers/dropout.py), or None.
         """
-        x = self.residual(
-            x, lambda y: self.self_attention(y, self_bias, training=training,
-                                             dropout_key=dropout_key),
-            self.self_attention_dropout, self.self_attention_norm, training, dropout_key)
-        x = self.residual(
-            x, lambda y: self.cross_attention(y, memory, memory_bias, training=training,
-                                              dropout_key=dropout_key),
-            self.cross_attention_dropout, self.cross_attention_norm, training, dropout_key)
-        return self.residual(x, self.feed_forward, self.feed_forward_dropout,
-                              self.feed_forward_norm, training, dropout_key)
+        x = self.sublayer(
+            "self_attention", x,
+            lambda y: self.self_attention(y, self_bias, training=training,
+                                          dropout_key=dropout_key), training, dropout_key)
+        x = self.sublayer(
+            "cross_attention", x,
+            lambda y: self.cross_attention(y, memory, memory_bias, training=training,
+                                           dropout_key=dropout_key), training, dropout_key)
+        return self.sublayer(
+            "feed_forward", x,
+            lambda y: self.feed_forward(y, training=training, dropout_key=dropout_key),
+            training, dropout_key)
 
     def step(self, x, step, self_cache, memory_keys, memory_values, memory_bias,
              kernels: kernels_lib.Kernels = kernels_lib.STEP, with_attention: bool = False):
@@ -89,12 +80,10 @@ class DecoderLayer(TransformerLayer):
             attention.append(out[1][:, 0])
             return out[0]
 
-        x = self.residual(x, self_attend, self.self_attention_dropout,
-                           self.self_attention_norm, False)
-        x = self.residual(x, cross_attend, self.cross_attention_dropout,
-                          self.cross_attention_norm, False)
-        x = self.residual(x, lambda y: self.feed_forward(y, kernels=kernels),
-                          self.feed_forward_dropout, self.feed_forward_norm, False)
+        x = self.sublayer("self_attention", x, self_attend, False)
+        x = self.sublayer("cross_attention", x, cross_attend, False)
+        x = self.sublayer("feed_forward", x, lambda y: self.feed_forward(y, kernels=kernels),
+                          False)
         return (x, caches[0], attention[0]) if with_attention else (x, caches[0])
 
 

@@ -4,7 +4,6 @@ import keras
 
 from tf_transformer.model import kernels as kernels_lib
 from tf_transformer.model.layers.attention import SelfAttention
-from tf_transformer.model.layers.feed_forward import FeedForward
 from tf_transformer.model.layers.stack import LayerStack, TransformerLayer
 
 
@@ -19,27 +18,21 @@ class EncoderLayer(TransformerLayer):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.self_attention = SelfAttention(
-            self.d_model, self.num_heads, self.d_k, self.d_v, self.attention_dropout,
-            name="self_attention", dtype=self.dtype_policy)
-        self.self_attention_dropout = self.sublayer_dropout()
-        self.self_attention_norm = self.norm("self_attention_norm")
-        self.feed_forward = FeedForward(self.d_model, self.d_ff, name="feed_forward",
-                                        dtype=self.dtype_policy)
-        self.feed_forward_dropout = self.sublayer_dropout()
-        self.feed_forward_norm = self.norm("feed_forward_norm")
+        self.add_sublayer("self_attention", self.attention_layer(SelfAttention, "self_attention"))
+        self.add_sublayer("feed_forward", self.feed_forward_layer())
 
     def call(self, x, bias, training=None, kernels: kernels_lib.Kernels = kernels_lib.TRAINING,
              dropout_key=None):
         """x [batch, S, d_model]; bias: padding bias [batch, 1, 1, S]; dropout_key: int64
         scalar that picks every dropout mask (layers/dropout.py), or None."""
-        x = self.residual(
-            x, lambda y: self.self_attention(y, bias, training=training, kernels=kernels,
-                                             dropout_key=dropout_key),
-            self.self_attention_dropout, self.self_attention_norm, training, dropout_key)
-        return self.residual(x, lambda y: self.feed_forward(y, kernels=kernels),
-                             self.feed_forward_dropout, self.feed_forward_norm, training,
-                             dropout_key)
+        x = self.sublayer(
+            "self_attention", x,
+            lambda y: self.self_attention(y, bias, training=training, kernels=kernels,
+                                          dropout_key=dropout_key), training, dropout_key)
+        return self.sublayer(
+            "feed_forward", x,
+            lambda y: self.feed_forward(y, kernels=kernels, training=training,
+                                        dropout_key=dropout_key), training, dropout_key)
 
 
 @keras.saving.register_keras_serializable(package="tf_transformer")

@@ -4,35 +4,50 @@ and N such layers as a stack."""
 import keras
 
 from tf_transformer.model.layers.dropout import Dropout
+from tf_transformer.model.layers.feed_forward import FeedForward
 from tf_transformer.model.layers.layer_norm import LayerNormalization
 
 
 class TransformerLayer(keras.layers.Layer):
     """Arguments and residual shared by EncoderLayer and DecoderLayer.
 
-    Each subclass assigns its sub-layers by name in the paper's order, each
-    followed by its dropout (P_drop on its output) and its LayerNorm (`dropout`,
-    `norm`), and lists their names in SUBLAYERS; `build` builds them in that
-    order, then their LayerNorms (build order fixes which seeded initial values
-    each weight gets).
+    Each subclass adds its sub-layers in the paper's order (`add_sublayer`: the
+    sub-layer, its dropout (P_drop on its output) and its LayerNorm) and lists
+    their names in SUBLAYERS; `build` builds them in that order, then their
+    LayerNorms (build order fixes which seeded initial values each weight gets).
     """
 
     SUBLAYERS: tuple = ()
 
     def __init__(self, d_model, num_heads, d_k, d_v, d_ff, dropout, attention_dropout=0.0,
-                 pre_norm=False, layer_norm_epsilon=1e-6, **kwargs):
+                 pre_norm=False, layer_norm_epsilon=1e-6, relu_dropout=0.0, **kwargs):
         super().__init__(**kwargs)
         self.d_model, self.num_heads, self.d_k, self.d_v, self.d_ff = d_model, num_heads, d_k, d_v, d_ff
         self.dropout, self.attention_dropout = dropout, attention_dropout
+        self.relu_dropout = relu_dropout
         self.pre_norm, self.layer_norm_epsilon = pre_norm, layer_norm_epsilon
 
-    def sublayer_dropout(self) -> Dropout:
-        """P_drop on a sub-layer's output (section 5.4)."""
-        return Dropout(self.dropout, dtype=self.dtype_policy)
+    def add_sublayer(self, name: str, layer: keras.layers.Layer) -> None:
+        """Sets `name` to `layer`, `{name}_dropout` to P_drop on its output (section 5.4)
+        and `{name}_norm` to its LayerNorm, in that order (the checkpoint's names)."""
+        setattr(self, name, layer)
+        setattr(self, f"{name}_dropout", Dropout(self.dropout, dtype=self.dtype_policy))
+        setattr(self, f"{name}_norm", LayerNormalization(
+            epsilon=self.layer_norm_epsilon, name=f"{name}_norm", dtype=self.dtype_policy))
 
-    def norm(self, name: str) -> LayerNormalization:
-        return LayerNormalization(epsilon=self.layer_norm_epsilon, name=name,
-                                  dtype=self.dtype_policy)
+    def attention_layer(self, layer_class: type, name: str) -> keras.layers.Layer:
+        """A SelfAttention or CrossAttention of this layer's widths."""
+        return layer_class(self.d_model, self.num_heads, self.d_k, self.d_v,
+                           self.attention_dropout, name=name, dtype=self.dtype_policy)
+
+    def feed_forward_layer(self) -> FeedForward:
+        return FeedForward(self.d_model, self.d_ff, self.relu_dropout, name="feed_forward",
+                           dtype=self.dtype_policy)
+
+    def sublayer(self, name: str, x, function, training, dropout_key=None):
+        """The residual around sub-layer `name` (`residual`), `function` computing it."""
+        return self.residual(x, function, getattr(self, f"{name}_dropout"),
+                             getattr(self, f"{name}_norm"), training, dropout_key)
 
     def build(self, input_shape=None):
         names = self.SUBLAYERS
@@ -54,7 +69,7 @@ class TransformerLayer(keras.layers.Layer):
         config.update(d_model=self.d_model, num_heads=self.num_heads, d_k=self.d_k,
                       d_v=self.d_v, d_ff=self.d_ff, dropout=self.dropout,
                       attention_dropout=self.attention_dropout, pre_norm=self.pre_norm,
-                      layer_norm_epsilon=self.layer_norm_epsilon)
+                      layer_norm_epsilon=self.layer_norm_epsilon, relu_dropout=self.relu_dropout)
         return config
 
 
@@ -69,12 +84,14 @@ class LayerStack(keras.layers.Layer):
     layer_class: type = None
 
     def __init__(self, num_layers, d_model, num_heads, d_k, d_v, d_ff, dropout,
-                 attention_dropout=0.0, pre_norm=False, layer_norm_epsilon=1e-6, **kwargs):
+                 attention_dropout=0.0, pre_norm=False, layer_norm_epsilon=1e-6,
+                 relu_dropout=0.0, **kwargs):
         super().__init__(**kwargs)
         self.num_layers = num_layers
         self.layer_args = dict(d_model=d_model, num_heads=num_heads, d_k=d_k, d_v=d_v, d_ff=d_ff,
                                dropout=dropout, attention_dropout=attention_dropout,
-                               pre_norm=pre_norm, layer_norm_epsilon=layer_norm_epsilon)
+                               pre_norm=pre_norm, layer_norm_epsilon=layer_norm_epsilon,
+                               relu_dropout=relu_dropout)
         for i in range(num_layers):
             setattr(self, f"layer_{i}", self.layer_class(
                 **self.layer_args, name=f"layer_{i}", dtype=self.dtype_policy))
