@@ -6,17 +6,11 @@
 Loads both SavedModels with tensorflow and tensorflow_text only (as a server
 would) and decodes each batch of --sources with `serving_default`, A then B,
 and B then A on the next batch, so both see the same machine at a grain of a
-fraction of a second. Runs alternated as whole processes (bench.ab,
-decode_peer.py) see the machine drift by several percent between runs; here an
-A/A run (the same export twice) stays within about half a percent
-(bench/results/decoding.md). Prints each round's seconds of each export and B/A, the median
-ratio, and how many translations differ. `--threads=1`: one intra-op thread,
-the serving setting of decode_peer.py.
-
-Both exports share one process, so a change in how the runtime instantiates
-the graph can read differently here than alone: the search function called
-instead of inlined read 0.978 here and 0.94-0.99 in four separate processes.
-Confirm a gain with decode_peer.py runs, one export per process.
+fraction of a second. Prints each round's seconds of each export and B/A, the median
+ratio, and how many translations differ. `--threads=1`: one intra-op thread, the
+serving setting of decode_peer.py. Both exports share one process, so a change in how
+the runtime instantiates the graph can read differently than alone: confirm a gain
+with decode_peer.py runs, one export per process (bench/results/decoding.md).
 """
 
 from __future__ import annotations

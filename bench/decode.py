@@ -2,27 +2,20 @@
 
   python -m bench.decode [--model_dir=DIR] [--jit_compile] [--repeats=3]
 
-Without --model_dir: the `small` preset (3+3 layers, d_model 256, vocab 8000)
-with random weights, which almost never emit EOS, so every hypothesis runs to
-its maximum length (source + extra_length). Sentences per second then measure
-the worst case, and the honest figure is ms per decoding step; the script
-counts the steps actually run (a counter wrapped around decode_step, in an
-untimed run of its own), so the per-step figures hold for a trained model
-(--model_dir) too, whose outputs stop early. With parallel searches
-(--parallel_searches, DecodeConfig's) steps add up over the searches, so
-ms_per_step is per search step: compare sentences/s across that flag.
+Without --model_dir: the `small` preset with random weights, which almost never emit
+EOS, so every hypothesis runs to source + extra_length: a worst case, and the honest
+figure is ms per decoding step, counted on the steps actually run (a counter around
+decode_step, in an untimed run of its own), which holds for a trained model too. With
+--parallel_searches, ms_per_step is per search step: compare sentences/s across it.
 Sources are random token ids of a fixed length (EOS last).
 
-Part 1: beam 4 and greedy (beam 1) at batch 32 and 1, sources of 32 tokens.
-Part 3 (mixed): beam 4 and 1 at batch 32 and 1, sources of random lengths
+Part `throughput`: beam 4 and greedy (beam 1) at batch 32 and 1, sources of 32 tokens.
+Part `mixed`: beam 4 and 1 at batch 32 and 1, sources of random lengths
 (--mixed_lengths, uniform), so the maximum output lengths differ: finished
 sentences leave the batch (decoding/live_rows.py). Every figure also gives
 row_steps, the decoder rows computed, and live_row_steps, those of sentences
 still decoding (counted on a graph-mode shrinking search of the same batch,
 untimed); occupancy = live_row_steps / row_steps.
-Part 2: beam 4, batch 32, sources of 16, 32, 64, 128 tokens. With the cache one
-step costs the cached attention over the positions so far, so ms per step
-should grow slowly (linearly in the cache length), not with the square of it.
 Part `real` (--sources=FILE, --model_dir): every line of a text file, tokenized
 by the model's vocabulary, sorted by length and decoded in batches of --batch
 (beam 4 and greedy): sentences/s and occupancy of the search on real outputs,
@@ -35,14 +28,12 @@ of --repeats runs.
 With --profile: instead, where one search's time goes (beam 4, batch --batch,
 random sources of 32; with --sources, --profile_batches real batches): the
 TensorFlow profiler's op self times grouped by op type and the top ops by name
-(needs `xprof`); with --jit_compile, the executed HLO ops instead (XLA's own trace
-events, grouped by name without the numeric suffix: all `gather_bitcast_fusion.N` together).
+(needs `xprof`; graph mode, without --jit_compile).
 """
 
 import collections
 import os
 import random
-import re
 import statistics
 import tempfile
 import time
@@ -60,10 +51,9 @@ PARALLEL = flags.DEFINE_integer("parallel_searches", DecodeConfig.parallel_searc
                                 "DecodeConfig.parallel_searches (graph mode).")
 REPEATS = flags.DEFINE_integer("repeats", 3, "Timed runs per figure (median).")
 EXTRA = flags.DEFINE_integer("extra_length", 50, "Max output = source + this.")
-LENGTHS = flags.DEFINE_list("source_lengths", ["16", "32", "64", "128"], "Part 2 sources.")
 PROFILE = flags.DEFINE_bool("profile", False, "Print an op profile of one search instead.")
-PARTS = flags.DEFINE_list("parts", ["throughput", "by_length", "mixed"], "Parts to run.")
-MIXED = flags.DEFINE_list("mixed_lengths", ["4", "64"], "Part 3: source lengths, min and max.")
+PARTS = flags.DEFINE_list("parts", ["throughput", "mixed"], "Parts to run.")
+MIXED = flags.DEFINE_list("mixed_lengths", ["4", "64"], "Part `mixed`: min and max lengths.")
 SOURCES = flags.DEFINE_string(
     "sources", None, "A text file, one sentence per line (needs --model_dir): part `real` "
     "decodes all of it, and --profile profiles it, sorted by length in batches of --batch.")
@@ -79,9 +69,8 @@ INTRA_OP = flags.DEFINE_integer(
 
 
 class _StepCounter:
-    """The model's decode_step with its calls and decoder rows counted (a Translator's
-    `decode_step`). The counters' variable updates order parallel searches one after the
-    other, so timings come from an uncounted Translator and the counts from a separate run."""
+    """The model's decode_step with its calls and decoder rows counted. Its variable updates
+    order parallel searches, so timings come from an uncounted Translator, counts from a run."""
 
     def __init__(self, model):
         import tensorflow as tf
@@ -218,7 +207,7 @@ def _print_shares(title: str, totals: collections.Counter, num_steps: int, unit:
 def _profile(translator, counted, counter, batch: int = 32, source_length: int = 32):
     import tensorflow as tf
 
-    from bench.timing import op_stats, xla_op_times
+    from bench.timing import op_stats
 
     if SOURCES.value:
         batches = _real_batches(translator)
@@ -241,13 +230,6 @@ def _profile(translator, counted, counter, batch: int = 32, source_length: int =
     num_steps, _ = counter.count(counted, sources)
     print(f"profile beam=4 {what} steps={num_steps} "
           f"ms_per_step={1000 * seconds / max(num_steps, 1):.2f} (under the profiler)")
-    if JIT.value:
-        totals = collections.Counter()
-        for name, ms in xla_op_times(logdir).items():
-            totals[re.sub(r"([._]\d+)+$", "", name)] += ms
-        _print_shares(f"by HLO op (share of {sum(totals.values()):.0f} ms of HLO time; "
-                      "MatMul/dot: the matrix products)", totals, num_steps, 1)
-        return
     rows = op_stats(logdir)
     for key, title in (("type", "by op type"), ("operation", "by op")):
         totals = collections.Counter()
@@ -262,9 +244,8 @@ def _profile(translator, counted, counter, batch: int = 32, source_length: int =
 
 def main(argv):
     del argv
-    if PROFILE.value and JIT.value:  # XLA's per-HLO trace events (read when the first compile starts)
-        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
-                                   + " --xla_cpu_enable_xprof_traceme=true")
+    if PROFILE.value and JIT.value:
+        raise app.UsageError("--profile times the graph-mode search: leave out --jit_compile")
     process_defaults.apply()  # before TensorFlow's import: the binaries' kernels
     import tensorflow as tf
 
@@ -292,9 +273,6 @@ def main(argv):
         for beam in (4, 1):
             _print("real", _measure(*translators[beam], batches, sentences), beam=beam,
                    batch=BATCH.value)
-    for length in map(int, LENGTHS.value) if "by_length" in PARTS.value else ():
-        _print("by_length", _measure_random(translators[4], 32, length), beam=4, batch=32,
-               source_length=length)
 
 
 if __name__ == "__main__":

@@ -8,8 +8,7 @@ batches of 2x4 tokens) trains through the real Trainer.train loop, once with one
 step per tf.function call and once with --steps_per_call steps per call. Its
 ms_per_step is then the host's work per step: Python, the loop's calls, the
 executor's launches and the input's dequeue (here the CPU also runs the tiny
-model's ops). On a GPU the device's step runs alongside it: a step shorter than
-this leaves the device waiting on the host. Each setting trains --steps steps
+model's ops); a shorter device step waits on the host. Each setting trains --steps steps
 three times (a log line, hence one read of the device, each) after one window
 that traces; prints `steps_per_call=N host_ms_per_step=X` (the best window) and
 every window.

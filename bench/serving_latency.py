@@ -2,11 +2,9 @@
 
   python -m bench.serving_latency [--model_dir=DIR] [--requests=30] [--batches=4]
 
-Without --model_dir: the `small` preset (3+3 layers, d_model 256) with random
-weights (seeded) and an 8000-piece BPE vocabulary trained on the embedded
-corpus's train split. Random weights almost never emit EOS, so every
-hypothesis runs to its maximum length (source tokens + extra_length): the
-figures are a worst case per sentence; a trained model stops earlier.
+Without --model_dir: the `small` preset with random weights (seeded) and an 8000-piece
+BPE vocabulary trained on the embedded train split; random weights almost never emit
+EOS, so the figures are a worst case per sentence (source tokens + extra_length).
 
 Both paths run the same graph (the export saves the Translator's functions):
   translator  Translator.translate, a tf.function in this process

@@ -32,29 +32,3 @@ def op_stats(logdir: str) -> list[dict]:
     table = json.loads(data)[0]  # the host table
     columns = [c["id"] for c in table["cols"]]
     return [dict(zip(columns, [cell.get("v") for cell in row["c"]])) for row in table["rows"]]
-
-
-def xla_op_times(logdir: str) -> dict[str, float]:
-    """Milliseconds per executed HLO op (fusion, dot, gather...) summed over the
-    trace in `logdir`, which the framework op table, seeing one XLA launch, does
-    not show. Needs XLA_FLAGS=--xla_cpu_enable_xprof_traceme=true; XLA:CPU runs
-    its ops on the intra-op ("Eigen") threads, beside scaffolding named "A::B"."""
-    try:
-        from tsl.profiler.protobuf import xplane_pb2
-    except ImportError:
-        from tensorflow.tsl.profiler.protobuf import xplane_pb2
-    totals: dict[str, float] = {}
-    for path in glob.glob(f"{logdir}/**/*.xplane.pb", recursive=True):
-        space = xplane_pb2.XSpace()
-        with open(path, "rb") as f:
-            space.ParseFromString(f.read())
-        for plane in space.planes:
-            names = {k: v.name for k, v in plane.event_metadata.items()}
-            for line in plane.lines:
-                if "Eigen" not in line.name:
-                    continue
-                for event in line.events:
-                    name = names.get(event.metadata_id, "?")
-                    if "::" not in name:
-                        totals[name] = totals.get(name, 0.0) + event.duration_ps / 1e9
-    return totals

@@ -1,9 +1,5 @@
 """The protocol's decoding benchmark: each system's export decoded by decode_peer.py in its
-own venv, on the same length-sorted test sentences: our exports (XLA, default, default with
-one intra-op thread, the C client; bfloat16 ones on a CPU with AMX bfloat16) against
-CTranslate2 (float32, int8) on our weights and OpenNMT-tf's own export
-(bench/compare/README.md, "tf_transformer" and "How each figure is measured").
-"""
+own venv, on the same length-sorted test sentences (bench/compare/README.md)."""
 
 import json
 import os
@@ -11,7 +7,7 @@ import re
 import subprocess
 import sys
 
-from bench.compare.scoring import bleu
+from bench.compare.scoring import bleu, write_pieces
 
 # Our rows: (name, export flags, decode_peer flags). Each export is made once.
 OURS = (("ours_savedmodel_xla", ("--decode_jit_compile",), {}),
@@ -52,11 +48,10 @@ def decode_all(args, work, d, results):
 
     sp, sources, refs = d["sp"], d["test_sources"], d["test_targets"]
     order = sorted(range(len(sources)), key=lambda i: len(sp.encode(sources[i])))
-    text_file, pieces_file = os.path.join(work, "test_sorted.txt"), os.path.join(work, "test_sorted.sp")
+    text_file = os.path.join(work, "test_sorted.txt")
     with open(text_file, "w", encoding="utf-8") as f:
         f.writelines(sources[i] + "\n" for i in order)
-    with open(pieces_file, "w", encoding="utf-8") as f:
-        f.writelines(" ".join(sp.encode(sources[i], out_type=str)) + "\n" for i in order)
+    pieces_file = write_pieces(os.path.join(work, "test_sorted.sp"), sp, (sources[i] for i in order))
     sorted_refs = [refs[i] for i in order]
 
     def finish(figures, from_pieces):
@@ -96,18 +91,15 @@ def decode_all(args, work, d, results):
         export_dir = os.path.join(work, "export_opennmt")
         run_logged([os.path.join(ONMT_VENV, "onmt-main")] + results["opennmt"]["base_args"]
                    + ["export", "--output_dir", export_dir, "--export_format", "saved_model"],
-                   os.path.join(work, "opennmt_export.log"), env=results["opennmt"].get("env"))
+                   os.path.join(work, "opennmt_export.log"))
         results["decode"]["opennmt_savedmodel"] = finish(decode(
             os.path.join(ONMT_VENV, "python"), "opennmt", export_dir, pieces_file, work,
             "opennmt", args), True)
 
 
 def c_client(export, text_file, work, repo):
-    """The default export in a non-Python process: export/serving/c_client (TF Serving's
-    session loader), one intra-op thread, batches of 32. Its peak RSS is the process's
-    without Python's runtime; sentences/s leave out the first batch (the first call's
-    graph optimization, which decode_peer.py's warm-up and TF Serving's warmup
-    requests also take before timing). None if it cannot be built or fails."""
+    """The default export decoded by export/serving/c_client, one intra-op thread, batches
+    of 32 (c_client_figures); None if it cannot be built or fails."""
     client_dir = os.path.join(repo, "export", "serving", "c_client")
     make = ["make", "-s", "-C", client_dir, f"PY={sys.executable}"]
     built = subprocess.run(make, capture_output=True, text=True)
@@ -164,10 +156,8 @@ def _export_ours(results, work, name, flags, repo):
 
 
 def ctranslate2_best(decode_with):
-    """CTranslate2's faster GEMM backend on this machine: it uses Intel MKL by default on
-    Intel CPUs and oneDNN elsewhere (CT2_USE_MKL); on a 2-vCPU AVX-512 Xeon MKL ran
-    2x slower at batch 32 and 7x at batch 1 than oneDNN, so both are measured and
-    the peer is reported with the faster (`backend`, and the other's figures)."""
+    """CTranslate2's figures with its faster GEMM backend here (`backend`; the other's
+    figures too): MKL and oneDNN (CT2_USE_MKL) differ by 2-7x by CPU."""
     runs = {}
     for backend, use_mkl in (("mkl", "1"), ("onednn", "0")):
         figures = decode_with(backend, {"CT2_USE_MKL": use_mkl})

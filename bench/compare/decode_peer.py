@@ -2,17 +2,9 @@
 
   python decode_peer.py --system=S --model=PATH --sources=FILE --output=FILE.json
 
-Systems:
-  tf_transformer  our exported SavedModel: serving_default(text) -> translation
-                  (tokenization, beam search, detokenization in the graph; beam 4,
-                  alpha 0.6 baked in). Input: raw sentences.
-  opennmt         OpenNMT-tf's exported SavedModel: serving_default(tokens, length)
-                  (beam 4, length_penalty 0.6 from the YAML). Input: SentencePiece
-                  pieces; OpenNMT-tf cannot put SentencePiece in its graph without
-                  tensorflow-text 2.13 (no cp311 wheel), so its timings exclude
-                  (de)tokenization, which favours it.
-  ctranslate2     a CTranslate2 model directory; --compute_type float32 or int8.
-                  Input: pieces (excluded from timing, as for OpenNMT-tf).
+Systems: tf_transformer (our SavedModel's serving_default on raw sentences), opennmt
+(OpenNMT-tf's SavedModel on SentencePiece pieces), ctranslate2 (a model directory, on pieces;
+--compute_type float32 or int8); bench/compare/README.md says what each one's timing holds.
 
 Batches of --batch_size in order of source length (the same order for every
 system; --sources is given sorted), then --latency_sentences one at a time.

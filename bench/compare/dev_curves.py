@@ -1,18 +1,13 @@
-"""Dev BLEU against training minutes, for both systems of the side-by-side.
-
-After training, every checkpoint a system kept is translated by that system's own
-decoder (beam 4, length penalty 0.6) on the first N pairs of the **dev** split and
-scored here with sacreBLEU, so scoring takes none of the training budget. A
-checkpoint's minute is when its trainer logged saving it (both log `saved checkpoint
-PATH`), on the same clock as the training-loss curve.
-"""
+"""Dev BLEU against training minutes: after training, every checkpoint a system kept,
+translated by its own decoder on the first --dev_curve_sentences dev pairs, at the minute
+its trainer logged saving it (bench/compare/README.md, "How each figure is measured")."""
 
 import os
 import re
 import subprocess
 
 from bench.compare.report import training_keys
-from bench.compare.scoring import opennmt_bleu, ours_bleu
+from bench.compare.scoring import opennmt_bleu, ours_bleu, write_pieces
 
 
 def checkpoint_seconds(lines) -> dict:
@@ -38,31 +33,28 @@ def add_dev_curves(args, work, d, results) -> None:
     (run_protocol's `results`, `d` its prepare_data)."""
     from bench.compare import trainings
     from bench.compare.train_logs import read_logged
-    # Both systems keep their checkpoints with TensorFlow's CheckpointManager.
-    from tf_transformer.model_dir import ModelDir
+    from tf_transformer.model_dir import ModelDir  # both systems' checkpoints are TensorFlow's
 
     count = args.dev_curve_sentences
     sources, references = d["dev_sources"][:count], d["dev_targets"][:count]
     dev_tsv = os.path.join(work, "dev_curve.tsv")
     with open(dev_tsv, "w", encoding="utf-8") as f:
         f.writelines(f"{s}\t{t}\n" for s, t in zip(sources, references))
-    pieces = os.path.join(work, "dev_curve.en.sp")
-    with open(pieces, "w", encoding="utf-8") as f:
-        f.writelines(" ".join(d["sp"].encode(s, out_type=str)) + "\n" for s in sources)
+    pieces = write_pieces(os.path.join(work, "dev_curve.en.sp"), d["sp"], sources)
+
+    def run(command):
+        subprocess.run(command, cwd=trainings.REPO, check=True, capture_output=True)
 
     def score_ours(checkpoint, key):
-        return ours_bleu(lambda command: subprocess.run(command, cwd=trainings.REPO, check=True,
-                                                        capture_output=True),
-                         results[key]["model_dir"], dev_tsv, [f"--checkpoint={checkpoint}", "--noprogress"],
+        return ours_bleu(run, results[key]["model_dir"], dev_tsv,
+                         [f"--checkpoint={checkpoint}", "--noprogress"],
                          os.path.join(work, f"dev_curve_{key}.hyp"), references)
 
     def score_opennmt(checkpoint, key):
-        onmt = results["opennmt"]
-        return opennmt_bleu(lambda command: subprocess.run(command, check=True, capture_output=True,
-                                                           env={**os.environ, **onmt.get("env", {})}),
-                            os.path.join(trainings.ONMT_VENV, "onmt-main"),
-                            onmt["base_args"] + ["--checkpoint_path", checkpoint], pieces,
-                            os.path.join(work, "dev_curve_opennmt.pred.sp"), d["sp"], references)
+        return opennmt_bleu(run, os.path.join(trainings.ONMT_VENV, "onmt-main"),
+                            results["opennmt"]["base_args"] + ["--checkpoint_path", checkpoint],
+                            pieces, os.path.join(work, "dev_curve_opennmt.pred.sp"), d["sp"],
+                            references)
 
     for name in training_keys(results):  # ours, ours_DTYPE..., opennmt
         score = score_opennmt if name == "opennmt" else score_ours

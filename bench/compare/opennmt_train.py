@@ -2,17 +2,12 @@
 
   python opennmt_train.py MINUTES [onmt-main arguments ...]
 
-OpenNMT-tf stops by step count only: this wraps the private `opennmt.training.Trainer._steps`
-so the loop ends MINUTES after the first step began, then OpenNMT-tf logs, saves and
-evaluates as at max_step. `check_patchable` first checks what the wrapper relies on in the
-release it was written for (WRITTEN_FOR) and exits with a line starting PATCH_ERROR when it
-no longer fits. OPENNMT_FORCE_MIXED_PRECISION=1 makes `--mixed_precision` take effect without
-a GPU (`mixed_precision=forced`). bench/compare/README.md, "The OpenNMT-tf patch", has the details.
+The private `opennmt.training.Trainer._steps` wrapped to end MINUTES after the first step;
+`check_patchable` exits with a line starting PATCH_ERROR when the installed release no longer
+fits (bench/compare/README.md, "The OpenNMT-tf patch").
 """
 
-import functools
 import inspect
-import os
 import sys
 import time
 
@@ -73,19 +68,7 @@ def _with_deadline(minutes: float) -> None:
     training.Trainer._steps = _steps
 
 
-def _force_mixed_precision() -> None:
-    """OpenNMT-tf's runner calls misc.enable_mixed_precision() for --mixed_precision; this
-    makes that call pass force=True (mixed_float16 without a GPU)."""
-    from opennmt.utils import misc
-
-    misc.enable_mixed_precision = functools.partial(misc.enable_mixed_precision, force=True)
-    print("mixed_precision=forced (mixed_float16 on the CPU: OpenNMT-tf enables it only "
-          "on an NVIDIA GPU by itself)", flush=True)
-
-
 if __name__ == "__main__":
     _with_deadline(float(sys.argv[1]))
-    if os.environ.get("OPENNMT_FORCE_MIXED_PRECISION") == "1":
-        _force_mixed_precision()
     sys.argv = ["onmt-main"] + sys.argv[2:]
     onmt_main.main()

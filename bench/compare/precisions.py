@@ -1,6 +1,5 @@
-"""Which precision each side of the protocol runs in, from what this CPU offers: pure
-functions of /proc/cpuinfo's text, the flags and the probes' figures (README, "Precisions").
-"""
+"""Which precision our side of the protocol runs in, from what this CPU offers: pure
+functions of /proc/cpuinfo's text and the flags; CTranslate2's fastest compute type."""
 
 # /proc/cpuinfo flags of the units that run reduced-precision products: AMX tiles
 # (bfloat16, float16, int8) and the AVX-512 dot-product instructions (bfloat16,
@@ -13,8 +12,6 @@ OURS_DTYPES = ("float32", "mixed_bfloat16")
 OURS_MODEL_DIRS = {"float32": "ours", "mixed_bfloat16": "ours_bf16"}
 # Our export's --dtype values (python -m export --dtype).
 EXPORT_DTYPES = ("float32", "bfloat16")
-# OpenNMT-tf's precisions: float32, or `onmt-main --mixed_precision` (mixed_float16).
-OPENNMT_PRECISIONS = ("float32", "mixed")
 CTRANSLATE2_ROWS = ("ctranslate2_float32", "ctranslate2_int8")
 
 
@@ -86,24 +83,6 @@ def export_dtypes(choice: str, cpu: dict) -> list:
     if unknown or not dtypes:
         raise ValueError(f"export dtypes must be auto or a list of {EXPORT_DTYPES}, got {choice!r}")
     return dtypes
-
-
-def fastest(tokens_per_sec: dict):
-    """{setting: tokens/s or None (no figure: failed, or too slow to log one)} -> the
-    setting with the most tokens/s, or None when none has a figure. Ties keep the first."""
-    timed = {k: v for k, v in tokens_per_sec.items() if v}
-    return max(timed, key=timed.get) if timed else None
-
-
-def opennmt_precision(choice: str, probe: dict) -> tuple:
-    """(precision, how it was chosen) for OpenNMT-tf's timed training: an explicit
-    --opennmt_precision, else the probe's faster ({precision: tokens/s}), else float32."""
-    if choice != "auto":
-        if choice not in OPENNMT_PRECISIONS:
-            raise ValueError(f"OpenNMT-tf's precision must be auto or one of {OPENNMT_PRECISIONS}")
-        return choice, "flag"
-    best = fastest(probe)
-    return (best, "probe") if best else ("float32", "default, no probe figure")
 
 
 def fastest_peer(decode: dict, key: str, peers=CTRANSLATE2_ROWS):

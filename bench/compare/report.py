@@ -73,31 +73,14 @@ def line(name, a, b, unit="", a_name="ours", b_name="opennmt"):
     print(f"{name}: {a_name}={a:.2f}{unit} {b_name}={b:.2f}{unit} ratio={a / b:.2f}")
 
 
-def probe_line(precision, probe) -> str:
-    """One OpenNMT-tf precision probe's line (trainings.probe_opennmt prints it)."""
-    tokens = probe.get("tokens_per_sec")
-    active = "" if precision != "mixed" else f" mixed_float16={'on' if probe.get('mixed_float16') else 'off'}"
-    return (f"opennmt_probe {precision}: tokens_per_sec={f'{tokens:.0f}' if tokens else None} "
-            f"steps={probe.get('last_step')} minutes={probe.get('minutes')}{active}"
-            + ("" if tokens else " (no throughput line: stopped at its timeout, counted as the slower)"
-               if probe.get("stopped_by_timeout") else
-               " (no throughput line: it failed, or logged no window of steps)"))
-
-
 def report_precisions(results):
-    """The CPU's matrix units, OpenNMT-tf's probe and precision, each training's dtype."""
+    """The CPU's matrix units and each training's dtype (OpenNMT-tf's is float32)."""
     if results.get("cpu"):
         print(precisions.cpu_line(results["cpu"]))
-    onmt = results.get("opennmt") or {}
-    for precision, probe in (onmt.get("precision_probe") or {}).items():
-        print(probe_line(precision, probe))
-    if onmt.get("precision"):
-        print(f"opennmt_precision: {onmt['precision']} (chosen by {onmt.get('precision_chosen_by')}"
-              f"{'; mixed_float16 on' if onmt.get('mixed_float16') else ''})")
     if any(results.get(k) for k in ["opennmt"] + ours_keys(results)):
         print("train_dtype: " + " ".join(
             f"{k}={results[k].get('dtype', 'float32')}" for k in ours_keys(results))
-            + (f" opennmt={'mixed_float16' if onmt.get('mixed_float16') else 'float32'}" if onmt else ""))
+            + (" opennmt=float32" if results.get("opennmt") else ""))
 
 
 def report_training(key, r, results, tag=""):

@@ -2,12 +2,8 @@
 
   python bench/compare/run_protocol.py [--minutes=25] [--test_sentences=0] [--work_dir=...]
 
-Runs in our .venv and drives the peers as subprocesses in their own venvs (setup_peers.sh),
-one at a time (--concurrent: the two trainings at once, a core each): the vocabulary and
-pieces files, the matmul peak, the trainings (trainings.py), the dev curves (dev_curves.py),
-test BLEU, the exports' decoding (decode_benchmark.py), then one line per figure with both
-values and their ratio (report.py), WORK_DIR/figures.json and the learning curves
-(--plot). bench/compare/README.md says what each figure measures and how.
+Prints one line per figure with both values and their ratio, and writes
+WORK_DIR/figures.json and the learning curves; bench/compare/README.md says how.
 """
 
 import argparse
@@ -22,16 +18,12 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 
 from bench.compare import decode_benchmark, dev_curves, precisions  # noqa: E402
 from bench.compare.report import ours_keys, plot, report, system_of, training_keys  # noqa: E402
-from bench.compare.scoring import opennmt_bleu, ours_bleu  # noqa: E402
-from bench.compare.settings import (OPENNMT_SETTING, OPENNMT_SWEEP, opennmt_schedule,  # noqa: E402
-                                    read_settings)
+from bench.compare.scoring import opennmt_bleu, ours_bleu, write_pieces  # noqa: E402
 from bench.compare.trainings import (ONMT_VENV, REPO, earlier_trainings,  # noqa: E402
                                      matmul_peak_process, recipe_model, run_logged, train_both)
 
-SPLITS = ("train", "dev", "test")
-
-
 def parse_args():
+    """The protocol's options; bench/compare/README.md says what each does."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--minutes", type=float, default=25.0, help="Training budget per system.")
     parser.add_argument("--test_sentences", type=int, default=0, help="Test subset (0: all).")
@@ -39,49 +31,25 @@ def parse_args():
     parser.add_argument("--corpus_dir",
                         default=os.path.join(REPO, "..", "shared", "corpora", "libreoffice-help.en-de"))
     parser.add_argument("--work_dir", default=os.path.join(REPO, "bench", "out", "compare"))
-    parser.add_argument("--plot", default="",
-                        help="Where the learning curves go (default: WORK_DIR/learning_curves.png).")
+    parser.add_argument("--plot", default="", help="Default: WORK_DIR/learning_curves.png.")
     parser.add_argument("--vocab_size", type=int, default=8000)
-    parser.add_argument("--skip", default="", help="Comma list of: opennmt,ours,ctranslate2,decode (decode: training "
-                             "and test BLEU only, no export or decoding benchmark). A system skipped "
-                             "in training keeps its entry of an earlier WORK_DIR/training.json, so "
-                             "the two trainings of a long budget can run as two invocations.")
+    parser.add_argument("--skip", default="",
+                        help="Comma list of: opennmt,ours,ctranslate2,decode. A system skipped in "
+                             "training keeps its entry of an earlier WORK_DIR/training.json.")
     parser.add_argument("--reuse_training", action="store_true",
-                        help="Skip training: reuse WORK_DIR/training.json and the model dirs of an "
-                             "earlier run (to re-measure decoding after a change).")
+                        help="Reuse WORK_DIR/training.json and the model dirs of an earlier run.")
     parser.add_argument("--ours_flags", default="",
                         help="Extra flags for our trainer, space separated (e.g. --jit_compile).")
     parser.add_argument("--ours_dtype", default="auto", choices=("auto",) + precisions.OURS_DTYPES,
-                        help="Our trainer's --dtype for the protocol's run (the report's `ours`): "
-                             "auto is mixed_bfloat16 on a CPU with AMX bfloat16 (amx_bf16 in "
-                             "/proc/cpuinfo), else float32.")
+                        help="The report's `ours`; auto: mixed_bfloat16 with amx_bf16.")
     parser.add_argument("--ours_dtypes", default="",
-                        help="Comma list of our dtypes to train, one after the other, each into its "
-                             "own model dir (float32: ours/, mixed_bfloat16: ours_bf16/), e.g. "
-                             "float32,mixed_bfloat16; --ours_dtype's is added if missing. The others "
-                             "are reported as ours_DTYPE against OpenNMT-tf, with every dtype's test "
-                             "BLEU (default: --ours_dtype's only).")
+                        help="Comma list of our dtypes to train, one after the other.")
     parser.add_argument("--ours_export_dtypes", default="auto",
-                        help="Comma list of float32,bfloat16: the dtypes our checkpoint is exported "
-                             "and decoded in (python -m export --dtype); auto: both on a CPU with "
-                             "AMX bfloat16, else float32.")
-    parser.add_argument("--opennmt_precision", default="auto", choices=("auto",) + precisions.OPENNMT_PRECISIONS,
-                        help="OpenNMT-tf's training precision: float32, or mixed (--mixed_precision, "
-                             "mixed_float16, forced on the CPU); auto: the faster of the probe.")
-    parser.add_argument("--opennmt_probe_minutes", type=float, default=2.0,
-                        help="With --opennmt_precision=auto: train OpenNMT-tf this long in each "
-                             "precision before its timed training and keep the faster by tokens/s "
-                             "(0: no probe, float32).")
-    parser.add_argument("--opennmt_setting", default=OPENNMT_SETTING,
-                        help="OpenNMT-tf's schedule: a setting name of " + OPENNMT_SWEEP + ", the "
-                             "best on dev of its sweep (bench/schedule_sweep.py; BUILD.md).")
+                        help="Comma list of float32,bfloat16; auto: both with amx_bf16.")
     parser.add_argument("--concurrent", action="store_true",
-                        help="Train both systems at once, each pinned to its own CPU core (a longer budget "
-                             "for both in one run: same machine, same minutes, one core each); the "
-                             "matmul peak is then measured on one core.")
+                        help="Train both systems at once, each pinned to its own CPU core.")
     parser.add_argument("--dev_curve_sentences", type=int, default=300,
-                        help="Dev BLEU of every kept checkpoint on this many dev pairs, after "
-                             "training (dev_curves.py; 0: no dev-BLEU curves).")
+                        help="Dev BLEU of every kept checkpoint on this many dev pairs (0: none).")
     return parser.parse_args()
 
 
@@ -95,16 +63,14 @@ def prepare_data(args, work):
     data = os.path.join(work, "data")
     os.makedirs(data, exist_ok=True)
     vocab = os.path.join(data, "vocab.model")
-    pairs = {s: corpus.read_tsv(os.path.join(args.corpus_dir, f"{s}.tsv")) for s in SPLITS}
+    pairs = {s: corpus.read_tsv(f"{args.corpus_dir}/{s}.tsv") for s in ("train", "dev", "test")}
     if not os.path.exists(vocab):
         tokenizer.train_sentencepiece(pairs["train"], args.vocab_size, vocab)
     sp = spm.SentencePieceProcessor(model_file=vocab)
     for split, p in pairs.items():
         for side, texts in (("en", p.sources), ("de", p.targets)):
-            path = os.path.join(data, f"{split}.{side}.sp")
-            if not os.path.exists(path):
-                with open(path, "w", encoding="utf-8") as f:
-                    f.writelines(" ".join(sp.encode(t, out_type=str)) + "\n" for t in texts)
+            if not os.path.exists(os.path.join(data, f"{split}.{side}.sp")):
+                write_pieces(os.path.join(data, f"{split}.{side}.sp"), sp, texts)
     # OpenNMT-tf's vocabulary from the SentencePiece one (onmt-build-vocab maps
     # <unk>, <s>, </s> to its own special tokens).
     sp_vocab = os.path.join(data, "vocab.sp.vocab")
@@ -130,15 +96,11 @@ def test_bleu(args, work, d, results):
     """Each system's own decoder on the test subset: its sacreBLEU."""
     refs, skip = d["test_targets"], args.skip.split(",")
     if "opennmt" not in skip:
-        sources = os.path.join(work, "test_subset.en.sp")
-        with open(os.path.join(d["data"], "test.en.sp"), encoding="utf-8") as f:
-            lines = f.readlines()[:len(refs)]
-        with open(sources, "w", encoding="utf-8") as f:
-            f.writelines(lines)
+        sources = write_pieces(os.path.join(work, "test_subset.en.sp"), d["sp"], d["test_sources"])
         start = time.time()
         onmt = results["opennmt"]
         onmt["test_bleu"] = opennmt_bleu(
-            lambda command: run_logged(command, os.path.join(work, "opennmt_infer.log"), env=onmt.get("env")),
+            lambda command: run_logged(command, os.path.join(work, "opennmt_infer.log")),
             os.path.join(ONMT_VENV, "onmt-main"), onmt["base_args"], sources,
             os.path.join(work, "opennmt_test.pred.sp"), d["sp"], refs)
         onmt["test_decode_seconds"] = time.time() - start
@@ -186,10 +148,7 @@ def main():
         peak = results["matmul_peak_flops"]
     else:
         results.update(earlier_trainings(training_json, skip))
-        flags = dict(read_settings(OPENNMT_SWEEP))[args.opennmt_setting]
-        results.update(train_both(args, work, d, opennmt_schedule(flags), ours=ours_trainings))
-        if "opennmt" not in skip:
-            results["opennmt"]["setting"] = args.opennmt_setting
+        results.update(train_both(args, work, d, ours=ours_trainings))
         for name in training_keys(results):
             if system_of(name) not in skip and results.get(name):
                 results[name].update(matmul_peak_flops=peak, cpu=cpu["model"])

@@ -1,5 +1,6 @@
 """The one score every system gets in the protocol: sacreBLEU of detokenized text against
-the raw references, of each system's own decoder (test BLEU and the dev curves)."""
+the raw references, of each system's own decoder (test BLEU and the dev curves); the
+SentencePiece pieces files the peers translate."""
 
 import os
 import sys
@@ -28,3 +29,10 @@ def opennmt_bleu(run, onmt_main, flags, features, predictions, sp, references) -
     run([onmt_main, *flags, "infer", "--features_file", features, "--predictions_file", predictions])
     with open(predictions, encoding="utf-8") as f:
         return bleu([sp.decode(line.split()) for line in f], references)
+
+
+def write_pieces(path, sp, texts) -> str:
+    """`texts` as the SentencePiece processor `sp`'s pieces, one line each, into `path`."""
+    with open(path, "w", encoding="utf-8") as f:
+        f.writelines(" ".join(sp.encode(t, out_type=str)) + "\n" for t in texts)
+    return path

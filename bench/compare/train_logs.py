@@ -1,7 +1,5 @@
-"""The side-by-side protocol's training logs: each trainer's lines parsed into
-throughput and learning curves, and run_protocol's timestamped logs read back
-(`python bench/compare/run_protocol.py` writes them; schedule_sweep.py and a
-replot of a finished run read them)."""
+"""The protocol's training logs: each trainer's lines parsed into throughput and learning
+curves, and run_logged's timestamped logs read back."""
 
 import re
 
@@ -42,8 +40,4 @@ def read_logged(log_path):
 
 
 def _is_number(text) -> bool:
-    try:
-        float(text)
-        return True
-    except ValueError:
-        return False
+    return text.replace(".", "", 1).isdigit()

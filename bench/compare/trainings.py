@@ -1,21 +1,16 @@
-"""The protocol's two trainings, OpenNMT-tf's and ours, each a logged subprocess: one after
-the other, or (--concurrent) at once on a core each. Every output line is timestamped
-(`run_logged`: the learning curves) and every process runs under /usr/bin/time -v (its
-peak RSS). The protocol's paths (the peers' venvs, our recipe) live here too.
-"""
+"""The protocol's two trainings, OpenNMT-tf's and ours, each a subprocess logged by
+`run_logged`: one after the other, or (--concurrent) at once on a core each. The protocol's
+paths (the peers' venvs, our recipe) and OpenNMT-tf's schedule live here too."""
 
 import json
 import os
 import re
-import shutil
-import signal
 import subprocess
 import sys
-import threading
 import time
 
 from bench.compare import precisions
-from bench.compare.report import probe_line, system_of, training_keys
+from bench.compare.report import system_of, training_keys
 from bench.compare.train_logs import parse_opennmt_train, parse_ours_train
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -28,35 +23,25 @@ CT2_VENV = os.path.join(HERE, ".venvs", "ctranslate2", "bin")
 OPENNMT_PATCH_ERROR = "opennmt_train.py: cannot bound OpenNMT-tf's training by minutes"
 # Our side's flags: the model (3+3 layers, as opennmt_model.py), vocabulary, batch.
 RECIPE = os.path.join(REPO, "tf_transformer", "recipes", "small_cpu.flags")
-# Steps between the throughput lines of OpenNMT-tf's precision probes (a few minutes).
-PROBE_LOG_EVERY = 5
-# A probe still running this long after its budget is stopped and counted as the slower:
-# its budget includes the set-up and first step, and the final checkpoint takes seconds.
-# (On the AMX Xeon, mixed_float16 had not finished its first step after five minutes:
-# bench/compare/README.md, "Precisions".)
-PROBE_GRACE_SECONDS = 120
-# run_logged's line when it stops a process at its timeout.
-TIMEOUT_LINE = "run_logged: stopped at its timeout of"
+# OpenNMT-tf's schedule: the best on dev of its 25-minute sweep, as ours is its `small`
+# preset's (bench/results/quality.md); pre-norm is opennmt_model.py's.
+OPENNMT_SETTING = "onmt_w1600_pre"
+OPENNMT_SCHEDULE = {"warmup_steps": 1600, "pre_norm": True}
 
 
-def run_logged(command, log_path, cwd=REPO, env=None, cpus=None, timeout=None):
+def run_logged(command, log_path, cwd=REPO, env=None, cpus=None):
     """Runs `command` under /usr/bin/time -v; returns (timestamped lines, peak RSS MB, rc).
 
     Each line of stdout+stderr is kept with the seconds since the start. `cpus` (a set of
     core numbers) pins the process there; TensorFlow sizes its thread pools to it.
-    `timeout` (seconds): the process, in a session of its own, and its children are
-    sent SIGTERM then, and a line starting TIMEOUT_LINE is added.
     """
     time_bin = "/usr/bin/time"
     full = ([time_bin, "-v"] if os.path.exists(time_bin) else []) + command
     print("$ " + " ".join(command), flush=True)
     start = time.time()
     process = subprocess.Popen(full, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               text=True, errors="replace", env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
-                               preexec_fn=_pinned_to(cpus), start_new_session=timeout is not None)
-    timer = threading.Timer(timeout, _stop_group, [process]) if timeout is not None else None
-    if timer:
-        timer.start()
+                               text=True, errors="replace", preexec_fn=_pinned_to(cpus),
+                               env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
     lines = []
     with open(log_path, "w", buffering=1) as log:  # line-buffered: progress visible
         for line in process.stdout:
@@ -64,13 +49,6 @@ def run_logged(command, log_path, cwd=REPO, env=None, cpus=None, timeout=None):
             lines.append((elapsed, line.rstrip("\n")))
             log.write(f"{elapsed:9.1f} {line}")
         rc = process.wait()
-        if timer:
-            timer.cancel()
-            if rc and getattr(process, "stopped_by_timeout", False):
-                note = f"{TIMEOUT_LINE} {timeout:.0f} s"
-                lines.append((time.time() - start, note))
-                log.write(f"{lines[-1][0]:9.1f} {note}\n")
-                print("  " + note, flush=True)
     rss = [int(m.group(1)) for _, l in lines
            for m in [re.search(r"Maximum resident set size \(kbytes\): (\d+)", l)] if m]
     if rc:
@@ -78,42 +56,20 @@ def run_logged(command, log_path, cwd=REPO, env=None, cpus=None, timeout=None):
     return lines, (rss[-1] / 1024 if rss else None), rc
 
 
-def _stop_group(process):
-    """SIGTERM to a process started in a session of its own and to its children."""
-    process.stopped_by_timeout = True
-    try:
-        os.killpg(process.pid, signal.SIGTERM)
-    except ProcessLookupError:  # it ended meanwhile
-        pass
-
-
 def _pinned_to(cpus):
     """A child's preexec_fn that pins it to `cpus` (None: no pinning)."""
     return (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
 
 
-def train_opennmt(args, work, d, name="opennmt", schedule=None, cpus=None, precision="float32",
-                  minutes=None, log_every=None, timeout=None):
-    """OpenNMT-tf's run of the protocol; `schedule` (settings.opennmt_schedule) changes its
-    learning-rate schedule and norm position, as the dev-split sweep does. `precision`
-    "mixed" trains with `--mixed_precision` (mixed_float16), which OpenNMT-tf enables only
-    on an NVIDIA GPU: opennmt_train.py forces it on the CPU (OPENNMT_FORCE_MIXED_PRECISION).
-    `minutes` (default args.minutes) is the budget, `log_every` (default _log_every) the
-    steps between throughput lines, `timeout` (seconds) stops the process (run_logged)."""
-    schedule = schedule or {}
-    minutes = args.minutes if minutes is None else minutes
-    log_every = log_every or _log_every(minutes)
-    model_dir = os.path.join(work, name)
-    run_yml = os.path.join(work, f"{name}_run.yml")
-    params = {}
-    if "learning_rate_scale" in schedule:
-        params["learning_rate"] = schedule["learning_rate_scale"]
-    if "warmup_steps" in schedule:
-        params["decay_params"] = {"model_dim": 256, "warmup_steps": schedule["warmup_steps"]}
+def train_opennmt(args, work, d, cpus=None):
+    """OpenNMT-tf's run of the protocol in float32 (its mixed_float16 made no step on the
+    CPU: bench/results/side_by_side.md) with OPENNMT_SCHEDULE, for args.minutes."""
+    model_dir = os.path.join(work, "opennmt")
+    run_yml = os.path.join(work, "opennmt_run.yml")
+    schedule = {"model_dim": 256, "warmup_steps": OPENNMT_SCHEDULE["warmup_steps"]}
     with open(run_yml, "w") as f:
-        json.dump({"model_dir": model_dir, "train": {"save_summary_steps": log_every},
-                   **({"params": params} if params else {}),
-                   "data": {
+        json.dump({"model_dir": model_dir, "params": {"decay_params": schedule},
+                   "train": {"save_summary_steps": log_every(args.minutes)}, "data": {
             "train_features_file": os.path.join(d["data"], "train.en.sp"),
             "train_labels_file": os.path.join(d["data"], "train.de.sp"),
             "eval_features_file": os.path.join(d["data"], "dev.en.sp"),
@@ -121,63 +77,16 @@ def train_opennmt(args, work, d, name="opennmt", schedule=None, cpus=None, preci
             "source_vocabulary": d["onmt_vocab"], "target_vocabulary": d["onmt_vocab"]}}, f)
     base = ["--model", os.path.join(HERE, "opennmt_model.py"),
             "--config", os.path.join(HERE, "opennmt_small_cpu.yml"), run_yml]
-    env = {"OPENNMT_PRE_NORM": "1" if schedule.get("pre_norm") else "0"}
-    mixed = precision == "mixed"
-    # Training only: inference and export (base_args, env) stay float32.
+    log = os.path.join(work, "opennmt_train.log")
     lines, rss, _ = run_logged([os.path.join(ONMT_VENV, "python"), os.path.join(HERE, "opennmt_train.py"),
-                                str(minutes), "--log_level", "INFO"] + base
-                               + (["--mixed_precision"] if mixed else []) + ["train"],
-                               os.path.join(work, f"{name}_train.log"),
-                               env={**env, **({"OPENNMT_FORCE_MIXED_PRECISION": "1"} if mixed else {})},
-                               cpus=cpus, timeout=timeout)
+                                str(args.minutes), "--log_level", "INFO"] + base + ["train"],
+                               log, cpus=cpus)
     for _, line in lines:  # stop the protocol here, not after the other training
         if line.startswith(OPENNMT_PATCH_ERROR):
             raise SystemExit(line)
-    return {"base_args": base, "env": env, "model_dir": model_dir, "peak_rss_mb": rss,
-            "schedule": schedule, "train_log": os.path.join(work, f"{name}_train.log"),
-            "precision": precision, "mixed_float16": mixed and mixed_precision_enabled(lines),
-            "stopped_by_timeout": any(line.startswith(TIMEOUT_LINE) for _, line in lines),
-            **parse_opennmt_train(lines), "counts": "source pieces (no EOS) + target pieces + EOS"}
-
-
-def mixed_precision_enabled(lines) -> bool:
-    """Whether an OpenNMT-tf training log shows mixed_float16 on: opennmt_train.py's
-    `mixed_precision=forced` line and no "Mixed precision not enabled" warning."""
-    text = "\n".join(line for _, line in lines)
-    return "mixed_precision=forced" in text and "Mixed precision not enabled" not in text
-
-
-def probe_opennmt(args, work, d, schedule=None, cpus=None) -> dict:
-    """{precision: its probe's figures}: OpenNMT-tf trained --opennmt_probe_minutes in each
-    of OPENNMT_PRECISIONS from scratch (each probe's model directory is removed before
-    and after; its log stays, opennmt_probe_PRECISION_train.log). Throughput lines every
-    PROBE_LOG_EVERY steps: the budget includes the set-up and the first step's tracing
-    (some 25 s), whose window the median leaves out."""
-    probes = {}
-    for precision in precisions.OPENNMT_PRECISIONS:
-        name = f"opennmt_probe_{precision}"
-        shutil.rmtree(os.path.join(work, name), ignore_errors=True)  # no resuming
-        r = train_opennmt(args, work, d, name=name, schedule=schedule, cpus=cpus,
-                          precision=precision, minutes=args.opennmt_probe_minutes,
-                          log_every=PROBE_LOG_EVERY,
-                          timeout=60 * args.opennmt_probe_minutes + PROBE_GRACE_SECONDS)
-        shutil.rmtree(r["model_dir"], ignore_errors=True)
-        probes[precision] = {k: r[k] for k in ("tokens_per_sec", "last_step", "peak_rss_mb",
-                                               "mixed_float16", "stopped_by_timeout", "train_log")}
-        probes[precision]["minutes"] = args.opennmt_probe_minutes
-        print(probe_line(precision, probes[precision]), flush=True)
-    return probes
-
-
-def train_opennmt_fastest(args, work, d, schedule=None, cpus=None, probe=None) -> dict:
-    """OpenNMT-tf's timed training in its faster precision (precisions.opennmt_precision:
-    --opennmt_precision, else the faster of `probe`); the probe's figures are kept."""
-    probe = probe or {}
-    precision, chosen_by = precisions.opennmt_precision(
-        getattr(args, "opennmt_precision", "float32"),
-        {p: r.get("tokens_per_sec") for p, r in probe.items()})
-    r = train_opennmt(args, work, d, schedule=schedule, cpus=cpus, precision=precision)
-    return dict(r, precision_chosen_by=chosen_by, **({"precision_probe": probe} if probe else {}))
+    return {"base_args": base, "model_dir": model_dir, "peak_rss_mb": rss, "train_log": log,
+            "setting": OPENNMT_SETTING, "schedule": OPENNMT_SCHEDULE, **parse_opennmt_train(lines),
+            "counts": "source pieces (no EOS) + target pieces + EOS"}
 
 
 def recipe_model(vocab_size):
@@ -196,23 +105,24 @@ def recipe_model(vocab_size):
 
 def train_ours(args, work, d, cpus=None, dtype="float32", name="ours"):
     """Our training in `dtype` (the trainer's --dtype) into WORK/OURS_MODEL_DIRS[dtype], its
-    log WORK/NAME_train.log; the dtype reported is config.json's (--ours_flags may set it)."""
+    log WORK/NAME_train.log; the dtype and schedule reported are its config.json's."""
+    from tf_transformer.model_dir import ModelDir
+
     model_dir = os.path.join(work, precisions.OURS_MODEL_DIRS[dtype])
+    log = os.path.join(work, f"{name}_train.log")
     lines, rss, _ = run_logged(
         [sys.executable, "-m", "tf_transformer.train",
          f"--flagfile={RECIPE}", f"--max_minutes={args.minutes}",
-         f"--model_dir={model_dir}", f"--vocab={d['vocab']}", f"--log_every={_log_every(args.minutes)}",
+         f"--model_dir={model_dir}", f"--vocab={d['vocab']}", f"--log_every={log_every(args.minutes)}",
          f"--train_data={os.path.join(args.corpus_dir, 'train.tsv')}",
          "--dev_data=", "--keep_checkpoints=100", f"--dtype={dtype}"] + args.ours_flags.split(),
-        os.path.join(work, f"{name}_train.log"), cpus=cpus)
-    with open(os.path.join(model_dir, "config.json")) as f:
-        config = json.load(f)
+        log, cpus=cpus)
+    config = ModelDir(model_dir).read_config()
     return {"model_dir": model_dir, "peak_rss_mb": rss, **parse_ours_train(lines),
-            "dtype": config["train"]["dtype"],
-            "schedule": {"warmup_steps": config["train"]["warmup_steps"],
-                         "learning_rate_scale": config["train"]["learning_rate_scale"],
-                         "pre_norm": config["model"]["pre_norm"]},
-            "train_log": os.path.join(work, f"{name}_train.log"),
+            "dtype": config.train.dtype, "train_log": log,
+            "schedule": {"warmup_steps": config.train.warmup_steps,
+                         "learning_rate_scale": config.train.learning_rate_scale,
+                         "pre_norm": config.model.pre_norm},
             "counts": "source pieces + EOS + target pieces + EOS"}
 
 
@@ -249,24 +159,17 @@ def matmul_peak_process(one_core: bool) -> float:
     return float(out.stdout.split()[-1])
 
 
-def train_both(args, work, d, schedule, ours=(("ours", "float32"),)) -> dict:
+def train_both(args, work, d, ours=(("ours", "float32"),)) -> dict:
     """Both systems' trainings, one after the other on every core or (--concurrent) at
     once on a core each; {results key: its training results} for the systems not
-    skipped. OpenNMT-tf's precision probe (--opennmt_probe_minutes, with
-    --opennmt_precision=auto) runs first, alone, on OpenNMT-tf's cores; `ours` lists
-    our trainings [(key, dtype)] (precisions.ours_trainings), run one after the other
-    (with --concurrent all on our core, while OpenNMT-tf trains on the other)."""
+    skipped. `ours` lists our trainings [(key, dtype)] (precisions.ours_trainings), run
+    one after the other (with --concurrent all on our core, while OpenNMT-tf trains)."""
     import concurrent.futures
 
     skip, cores = args.skip.split(","), core_assignment(args.concurrent)
-    probe = {}
-    if ("opennmt" not in skip and getattr(args, "opennmt_precision", "float32") == "auto"
-            and getattr(args, "opennmt_probe_minutes", 0) > 0):
-        probe = probe_opennmt(args, work, d, schedule=schedule, cpus=cores["opennmt"])
     jobs = {}
     if "opennmt" not in skip:
-        jobs["opennmt"] = lambda: {"opennmt": train_opennmt_fastest(
-            args, work, d, schedule=schedule, cpus=cores["opennmt"], probe=probe)}
+        jobs["opennmt"] = lambda: {"opennmt": train_opennmt(args, work, d, cpus=cores["opennmt"])}
     if "ours" not in skip:
         jobs["ours"] = lambda: {key: train_ours(args, work, d, cpus=cores["ours"], dtype=dtype, name=key)
                                 for key, dtype in ours}
@@ -277,7 +180,6 @@ def train_both(args, work, d, schedule, ours=(("ours", "float32"),)) -> dict:
                 for name, f in futures.items() for key, r in f.result().items()}
 
 
-def _log_every(minutes) -> int:
-    """Steps between throughput/loss lines (the learning curves' points): 25, 10 for smoke
-    runs and probes."""
+def log_every(minutes) -> int:
+    """Steps between throughput/loss lines (the learning curves' points): 25, 10 for smoke runs."""
     return 25 if minutes >= 10 else 10

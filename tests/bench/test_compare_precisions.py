@@ -1,5 +1,5 @@
-"""The side-by-side harness's precisions: the CPU's matrix units, our dtypes, OpenNMT-tf's
-faster precision by probe, CTranslate2's fastest compute type, and their report lines."""
+"""The side-by-side harness's precisions: the CPU's matrix units, our dtypes, CTranslate2's
+fastest compute type, and their report lines; the trainings that receive them."""
 
 import argparse
 import json
@@ -8,7 +8,6 @@ import os
 import pytest
 
 from bench.compare import precisions, report, trainings
-from compare_fixtures import fake_modules, load_opennmt_train
 
 CPUINFO = """processor\t: 0
 vendor_id\t: GenuineIntel
@@ -58,13 +57,6 @@ def test_our_dtypes_are_bfloat16_where_the_cpu_has_amx_bfloat16():
 
 
 def test_the_faster_peer_setting_is_chosen():
-    assert precisions.fastest({"float32": 3000.0, "mixed": 450.0}) == "float32"
-    assert precisions.fastest({"float32": 3000.0, "mixed": 3500.0}) == "mixed"
-    assert precisions.fastest({"float32": 3000.0, "mixed": None}) == "float32"  # no window logged
-    assert precisions.fastest({"float32": None}) is None
-    assert precisions.opennmt_precision("auto", {"float32": 3000.0, "mixed": 450.0}) == ("float32", "probe")
-    assert precisions.opennmt_precision("mixed", {"float32": 3000.0}) == ("mixed", "flag")
-    assert precisions.opennmt_precision("auto", {}) == ("float32", "default, no probe figure")
     decode = {"ctranslate2_float32": {"sentences_per_sec": 40.0, "latency_p50_ms": 9.0},
               "ctranslate2_int8": {"sentences_per_sec": 70.0, "latency_p50_ms": 11.0},
               "opennmt_savedmodel": {"sentences_per_sec": 99.0, "latency_p50_ms": 1.0}}
@@ -74,7 +66,7 @@ def test_the_faster_peer_setting_is_chosen():
 
 
 def _figures():
-    """A fake run's figures: bfloat16 primary, a float32 training, OpenNMT-tf probed."""
+    """A fake run's figures: bfloat16 primary, a float32 training, OpenNMT-tf."""
     def decoded(sentences, p50, bleu):
         return {"sentences_per_sec": sentences, "latency_p50_ms": p50, "bleu_of_this_decoder": bleu,
                 "target_tokens_per_sec": 10 * sentences, "latency_p99_ms": 2 * p50,
@@ -85,13 +77,8 @@ def _figures():
         "ours": {"dtype": "mixed_bfloat16", "tokens_per_sec": 6000.0, "test_bleu": 30.1, "mfu": 0.2},
         "ours_float32": {"dtype": "float32", "tokens_per_sec": 4000.0, "test_bleu": 30.0,
                          "tokens_per_step": 7000.0, "peak_rss_mb": 2000.0, "mfu": 0.1},
-        "opennmt": {"tokens_per_sec": 2000.0, "test_bleu": 25.0, "precision": "float32",
-                    "precision_chosen_by": "probe", "mixed_float16": False, "mfu": 0.1,
-                    "tokens_per_step": 3500.0, "peak_rss_mb": 1000.0,
-                    "precision_probe": {
-                        "float32": {"tokens_per_sec": 2100.0, "last_step": 60, "minutes": 2.0},
-                        "mixed": {"tokens_per_sec": None, "last_step": 0, "minutes": 2.0,
-                                  "mixed_float16": True, "stopped_by_timeout": True}}},
+        "opennmt": {"tokens_per_sec": 2000.0, "test_bleu": 25.0, "mfu": 0.1,
+                    "tokens_per_step": 3500.0, "peak_rss_mb": 1000.0},
         "decode": {"ours_savedmodel": decoded(20.0, 50.0, 30.0),
                    "ours_savedmodel_1thread": decoded(25.0, 60.0, 30.0),
                    "ours_savedmodel_bf16": decoded(40.0, 30.0, 29.8),
@@ -106,10 +93,6 @@ def test_the_report_prints_the_precision_rows(capsys):
     out = capsys.readouterr().out.splitlines()
     assert out[0] == 'cpu model="Xeon" matrix_units=amx_bf16,amx_int8,avx512_bf16'
     for expected in [
-        "opennmt_probe float32: tokens_per_sec=2100 steps=60 minutes=2.0",
-        "opennmt_probe mixed: tokens_per_sec=None steps=0 minutes=2.0 mixed_float16=on "
-        "(no throughput line: stopped at its timeout, counted as the slower)",
-        "opennmt_precision: float32 (chosen by probe)",
         "train_dtype: ours=mixed_bfloat16 ours_float32=float32 opennmt=float32",
         # The existing lines keep their names; the float32 run has its own.
         "train_tokens_per_sec (own count): ours=6000.00 opennmt=2000.00 ratio=3.00",
@@ -156,20 +139,12 @@ def test_skipping_ours_keeps_every_one_of_our_earlier_trainings(tmp_path):
     assert report.training_keys(earlier) == ["ours", "ours_float32", "opennmt"]
 
 
-def test_train_both_probes_opennmt_and_trains_each_of_our_dtypes(tmp_path, monkeypatch):
+def test_train_both_trains_opennmt_and_each_of_our_dtypes(tmp_path, monkeypatch):
     calls = []
 
-    def train_opennmt(args, work, d, name="opennmt", schedule=None, cpus=None, precision="float32",
-                      minutes=None, log_every=None, timeout=None):
-        calls.append(("opennmt", name, precision, minutes))
-        if minutes:  # a probe: short windows, stopped if it runs far past its budget
-            assert log_every == trainings.PROBE_LOG_EVERY
-            assert timeout == 60 * minutes + trainings.PROBE_GRACE_SECONDS
-        os.makedirs(os.path.join(work, name), exist_ok=True)
-        speed = {"float32": 3000.0, "mixed": 400.0}[precision]
-        return {"model_dir": os.path.join(work, name), "tokens_per_sec": speed, "last_step": 50,
-                "peak_rss_mb": 1.0, "mixed_float16": precision == "mixed", "stopped_by_timeout": False,
-                "train_log": name + ".log", "precision": precision}
+    def train_opennmt(args, work, d, cpus=None):
+        calls.append(("opennmt", cpus))
+        return {"model_dir": os.path.join(work, "opennmt"), "tokens_per_sec": 3000.0}
 
     def train_ours(args, work, d, cpus=None, dtype="float32", name="ours"):
         calls.append(("ours", name, dtype))
@@ -177,31 +152,25 @@ def test_train_both_probes_opennmt_and_trains_each_of_our_dtypes(tmp_path, monke
 
     monkeypatch.setattr(trainings, "train_opennmt", train_opennmt)
     monkeypatch.setattr(trainings, "train_ours", train_ours)
-    args = argparse.Namespace(skip="", concurrent=False, minutes=25.0, opennmt_precision="auto",
-                              opennmt_probe_minutes=2.0)
+    args = argparse.Namespace(skip="", concurrent=False, minutes=25.0)
     ours = precisions.ours_trainings("auto", "float32,mixed_bfloat16", AMX)
-    results = trainings.train_both(args, str(tmp_path), {}, {}, ours=ours)
-    assert calls == [("opennmt", "opennmt_probe_float32", "float32", 2.0),
-                     ("opennmt", "opennmt_probe_mixed", "mixed", 2.0),
-                     ("opennmt", "opennmt", "float32", None),
-                     ("ours", "ours_float32", "float32"), ("ours", "ours", "mixed_bfloat16")]
-    assert not os.path.exists(tmp_path / "opennmt_probe_mixed")  # a probe leaves no model
-    assert results["opennmt"]["precision_chosen_by"] == "probe"
-    assert results["opennmt"]["precision_probe"]["mixed"]["tokens_per_sec"] == 400.0
+    results = trainings.train_both(args, str(tmp_path), {}, ours=ours)
+    assert calls == [("opennmt", None), ("ours", "ours_float32", "float32"),
+                     ("ours", "ours", "mixed_bfloat16")]
+    assert results["opennmt"]["tokens_per_sec"] == 3000.0
     assert results["ours"]["model_dir"].endswith("ours_bf16")
     assert results["ours_float32"]["model_dir"] == os.path.join(str(tmp_path), "ours")
-    calls.clear()  # an explicit precision needs no probe
-    args.opennmt_precision = "mixed"
-    results = trainings.train_both(args, str(tmp_path), {}, {}, ours=[("ours", "float32")])
-    assert calls == [("opennmt", "opennmt", "mixed", None), ("ours", "ours", "float32")]
-    assert results["opennmt"]["precision_chosen_by"] == "flag"
+    calls.clear()  # a skipped system does not train
+    args.skip = "opennmt"
+    results = trainings.train_both(args, str(tmp_path), {}, ours=[("ours", "float32")])
+    assert calls == [("ours", "ours", "float32")] and "opennmt" not in results
 
 
-def test_the_precisions_reach_each_trainer(tmp_path, monkeypatch):
+def test_the_dtype_reaches_our_trainer_and_the_schedule_opennmt_tf(tmp_path, monkeypatch):
     commands = []
 
-    def run_logged(command, log_path, env=None, cpus=None, timeout=None):
-        commands.append((command, env, os.path.basename(log_path)))
+    def run_logged(command, log_path, env=None, cpus=None):
+        commands.append((command, os.path.basename(log_path)))
         if "tf_transformer.train" in command:
             model_dir = next(c.split("=", 1)[1] for c in command if c.startswith("--model_dir="))
             os.makedirs(model_dir, exist_ok=True)
@@ -209,56 +178,47 @@ def test_the_precisions_reach_each_trainer(tmp_path, monkeypatch):
             with open(os.path.join(model_dir, "config.json"), "w") as f:
                 json.dump({"train": {"dtype": dtype, "warmup_steps": 400, "learning_rate_scale": 1.0},
                            "model": {"pre_norm": True}}, f)
-            return [], 100.0, 0
-        return [(1.0, "mixed_precision=forced (mixed_float16 on the CPU)")], 100.0, 0
+        return [], 100.0, 0
 
     monkeypatch.setattr(trainings, "run_logged", run_logged)
-    args = argparse.Namespace(minutes=1.0, corpus_dir="/c", ours_flags="")
+    args = argparse.Namespace(minutes=1.0, corpus_dir="/c", ours_flags="--jit_compile")
     d = {"data": str(tmp_path), "onmt_vocab": "v", "vocab": "sp.model"}
     r = trainings.train_ours(args, str(tmp_path), d, dtype="mixed_bfloat16", name="ours")
-    command, _, log = commands[-1]
+    command, log = commands[-1]
     assert "--dtype=mixed_bfloat16" in command and log == "ours_train.log"
+    assert command[-1] == "--jit_compile"  # --ours_flags after the protocol's own
     assert r["dtype"] == "mixed_bfloat16" and r["model_dir"] == os.path.join(str(tmp_path), "ours_bf16")
-    r = trainings.train_opennmt(args, str(tmp_path), d, precision="mixed", minutes=0.5)
-    command, env, _ = commands[-1]
-    assert command[command.index("--mixed_precision") + 1] == "train" and command[2] == "0.5"
-    assert env["OPENNMT_FORCE_MIXED_PRECISION"] == "1" and r["mixed_float16"]
-    assert "OPENNMT_FORCE_MIXED_PRECISION" not in r["env"]  # infer and export stay float32
-    trainings.train_opennmt(args, str(tmp_path), d)
-    command, env, _ = commands[-1]
-    assert "--mixed_precision" not in command and "OPENNMT_FORCE_MIXED_PRECISION" not in env
-    assert not trainings.mixed_precision_enabled(
-        [(1.0, "mixed_precision=forced"), (2.0, "W Mixed precision not enabled: no GPU is detected")])
+    assert r["schedule"] == {"warmup_steps": 400, "learning_rate_scale": 1.0, "pre_norm": True}
+    r = trainings.train_opennmt(args, str(tmp_path), d)
+    command, log = commands[-1]
+    assert command[2] == "1.0" and command[-1] == "train" and log == "opennmt_train.log"
+    with open(tmp_path / "opennmt_run.yml") as f:  # JSON is YAML
+        run = json.load(f)
+    assert run["params"]["decay_params"]["warmup_steps"] == trainings.OPENNMT_SCHEDULE["warmup_steps"]
+    assert r["setting"] == trainings.OPENNMT_SETTING and r["schedule"]["pre_norm"]
 
 
-def test_opennmt_train_forces_mixed_precision_on_the_cpu(monkeypatch, capsys):
-    import types
+def test_pieces_files_hold_one_line_of_pieces_per_sentence(tmp_path):
+    from bench.compare.scoring import write_pieces
 
-    calls = []
-    misc = types.ModuleType("opennmt.utils.misc")
-    misc.enable_mixed_precision = lambda force=False: calls.append(force) or force
-    fake = fake_modules("opennmt", "opennmt.training", "opennmt.bin", "opennmt.bin.main",
-                        "opennmt.utils")
-    fake["opennmt.utils.misc"] = misc
-    fake["opennmt.utils"].misc = misc
-    fake["opennmt"].utils = fake["opennmt.utils"]
-    module = load_opennmt_train(monkeypatch, fake)
-    module._force_mixed_precision()
-    assert misc.enable_mixed_precision() is True and calls == [True]  # as OpenNMT-tf's runner calls it
-    assert capsys.readouterr().out.startswith("mixed_precision=forced")
+    class Pieces:  # a SentencePiece processor's encode, one piece per character
+        @staticmethod
+        def encode(text, out_type=str):
+            return ["\u2581" + text[0]] + list(text[1:])
+
+    path = write_pieces(str(tmp_path / "test.en.sp"), Pieces(), ["ab", "c"])
+    assert path == str(tmp_path / "test.en.sp")
+    assert (tmp_path / "test.en.sp").read_text(encoding="utf-8") == "\u2581a b\n\u2581c\n"
 
 
-def test_run_logged_stops_a_process_at_its_timeout(tmp_path):
+def test_run_logged_keeps_each_line_with_its_time_and_the_exit_status(tmp_path):
     import sys
-    import time
 
-    start = time.time()
-    lines, _, rc = trainings.run_logged(
-        [sys.executable, "-c", "import time; print('started', flush=True); time.sleep(60)"],
-        str(tmp_path / "slow.log"), timeout=1.0)
-    assert time.time() - start < 30 and rc != 0
-    assert lines[0][1] == "started" and lines[-1][1].startswith(trainings.TIMEOUT_LINE)
-    assert (tmp_path / "slow.log").read_text().rstrip().endswith(lines[-1][1])
-    lines, _, rc = trainings.run_logged([sys.executable, "-c", "print('quick')"],
-                                        str(tmp_path / "quick.log"), timeout=30.0)
-    assert rc == 0 and not any(line.startswith(trainings.TIMEOUT_LINE) for _, line in lines)
+    from bench.compare.train_logs import read_logged
+
+    code = "import sys; print('step=1', flush=True); print('step=2', file=sys.stderr); sys.exit(3)"
+    lines, _, rc = trainings.run_logged([sys.executable, "-c", code], str(tmp_path / "run.log"),
+                                        env={"EXTRA": "1"})
+    assert rc == 3 and [line for _, line in lines][:2] == ["step=1", "step=2"]
+    assert all(t >= 0 for t, _ in lines)
+    assert [line for _, line in read_logged(str(tmp_path / "run.log"))][:2] == ["step=1", "step=2"]
