@@ -21,8 +21,9 @@ MODEL_DIR/
                        vocabulary kept or remapped (training/fine_tuning.py)
 
 Training writes it (`prepare`, then checkpoints and best/); translation,
-evaluation, averaging and the exporters read it (loading.py). Nobody else joins
-a path onto a model directory (tests/test_model_dir.py reads the package's AST).
+evaluation, averaging and the exporters read it (loading.py). No other module
+joins a path onto a model directory (tests/test_model_dir.py reads every module's
+AST).
 """
 
 from __future__ import annotations
@@ -47,10 +48,11 @@ BEST = "best"  # the --checkpoint value that names the best checkpoint(s)
 
 
 class ModelDir:
-    """The model directory at `path` (local or any tf.io.gfile file system).
+    """The model directory at `path`.
 
     Every path of the contract comes from here; config.json, the vocabularies,
-    best/'s record and init_from.json are read and written here.
+    best/'s record and init_from.json are read and written here (config.json and
+    `prepare` on a local file system, as before; the rest through tf.io.gfile).
     """
 
     def __init__(self, path: str):

@@ -98,6 +98,5 @@ def write_averaged(model_dir: ModelDir, num_last: int, output: ModelDir, build_m
     output.prepare(config, *model_dir.read_vocabularies())
     step = tf.Variable(max(int(p.rsplit("-", 1)[-1]) for p in paths), dtype=tf.int64)
     manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model, step=step),
-                                         output.checkpoint_dir(0, chief=True), max_to_keep=1,
-                                         checkpoint_name="averaged")
+                                         output.path, max_to_keep=1, checkpoint_name="averaged")
     return manager.save(checkpoint_number=int(step.numpy()))
