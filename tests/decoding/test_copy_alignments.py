@@ -7,11 +7,9 @@ of short lines of the embedded corpus, with the fixtures' Trainer; its one decod
 layer's cross-attention does the copying, so it looks at the token it copies.
 """
 
-import subprocess
-import sys
-
 import pytest
-from model_fixtures import REPO_ROOT, TRAIN_TSV, make_model_dir
+from binary_fixtures import run_main
+from model_fixtures import TRAIN_TSV, make_model_dir
 
 from tf_transformer.inputs import corpus
 
@@ -34,12 +32,10 @@ def test_copied_tokens_align_to_their_source_positions(copy_model, tmp_path):
     model_dir, lines = copy_model
     source = tmp_path / "in.txt"
     source.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    run = subprocess.run(
-        [sys.executable, "-m", "tf_transformer.translate", f"--model_dir={model_dir}",
-         f"--input={source}", "--with_alignments=hard", *DECODE_FLAGS],
-        cwd=REPO_ROOT, capture_output=True, timeout=600)
-    assert run.returncode == 0, run.stderr.decode()[-3000:]
-    written = [line.split("\t") for line in run.stdout.decode().split("\n")[:-1]]
+    run = run_main("tf_transformer.translate", [f"--model_dir={model_dir}", f"--input={source}",
+                                                 "--with_alignments=hard", *DECODE_FLAGS])
+    assert run["code"] == 0, run["stderr"][-3000:]
+    written = [line.split("\t") for line in run["stdout"].split("\n")[:-1]]
     assert len(written) == len(lines)
     copied = diagonal = 0
     for line, (text, alignment) in zip(lines, written):

@@ -1,9 +1,11 @@
-"""The translate and evaluate binaries, run as users run them (subprocesses), on the tiny model.
+"""The translate and evaluate binaries on the tiny model, run as users run them.
 
 Expected outputs come from the library in this process with the same decoding
 settings: `translate_sentences` over the whole input at once, the path the
-translate binary took before it streamed. The translate runs that read files run in
-one process (binary_fixtures.run_mains: TensorFlow imported once).
+translate binary took before it streamed. Runs that read and write files run in this
+process (binary_fixtures.run_main: absl's flags parsed, main called, streams captured);
+what only a process shows stays a subprocess: a pipe answered chunk by chunk, and the
+exit codes of evaluate's refusals.
 """
 
 import fcntl
@@ -18,7 +20,7 @@ import termios
 import time
 
 import pytest
-from binary_fixtures import run_mains
+from binary_fixtures import run_main, run_mains
 from model_fixtures import REPO_ROOT, SAMPLE_LINES
 from sacrebleu.metrics import BLEU, CHRF
 
@@ -60,7 +62,7 @@ def _run(binary, *args, **kwargs):
 
 @pytest.fixture(scope="module")
 def translate_runs(tmp_path_factory, tiny_model_dir):
-    """The translate binary on a file of LINES, in one process: "chunks" (an averaged model
+    """The translate binary on a file of LINES, in this process: "chunks" (an averaged model
     directory, --output, --chunk_size=3, --plot_attention) and "sampling" (--sampling_topk=1,
     stdout); each {"code", "stdout", "stderr"}, with the files of "chunks"."""
     directory = tmp_path_factory.mktemp("translate")
@@ -72,7 +74,7 @@ def translate_runs(tmp_path_factory, tiny_model_dir):
                         "--chunk_size=3", f"--plot_attention={plot}", *DECODE_FLAGS],
              "sampling": [f"--model_dir={tiny_model_dir}", f"--input={source}",
                           "--sampling_topk=1", "--seed=3", *DECODE_FLAGS]}
-    runs = dict(zip(argvs, run_mains("tf_transformer.translate", list(argvs.values()), _env())))
+    runs = dict(zip(argvs, run_mains("tf_transformer.translate", list(argvs.values()))))
     runs["chunks"].update(output=output, plot=plot)
     return runs
 
@@ -186,10 +188,11 @@ def test_evaluate_bleu_is_sacrebleu_on_the_hypotheses_it_wrote(tmp_path, tiny_mo
     references = hypotheses[:4] + LINES[4:]
     data, written = tmp_path / "dev.tsv", tmp_path / "hypotheses.txt"
     data.write_text("".join(f"{s}\t{r}\n" for s, r in zip(LINES, references)), encoding="utf-8")
-    result = _run("evaluate", f"--model_dir={tiny_model_dir}", f"--data={data}",
-                  f"--hypotheses={written}", *DECODE_FLAGS)
-    assert result.returncode == 0, result.stderr.decode()[-3000:]
-    out = result.stdout.decode()
+    result = run_main("tf_transformer.evaluate", [
+        f"--model_dir={tiny_model_dir}", f"--data={data}", f"--hypotheses={written}",
+        *DECODE_FLAGS])
+    assert result["code"] == 0, result["stderr"][-3000:]
+    out = result["stdout"]
     figures = dict(re.findall(r"(\w+)=(\S+)", out.splitlines()[0]))
     assert written.read_text(encoding="utf-8").split("\n") == hypotheses + [""]
     bleu = BLEU().corpus_score(hypotheses, [references]).score
@@ -201,7 +204,7 @@ def test_evaluate_bleu_is_sacrebleu_on_the_hypotheses_it_wrote(tmp_path, tiny_mo
     assert re.search(r"^chrf_signature=", out, re.M)
     assert "paper-style tokenized BLEU" in out
     assert re.search(rf"^evaluate: {len(LINES)} sentences, [\d.]+ sentences/s \(done\)",
-                     result.stderr.decode(), re.M)
+                     result["stderr"], re.M)
 
 
 def test_evaluate_refuses_missing_data_and_translate_only_flags(tiny_model_dir):
@@ -221,10 +224,10 @@ def test_sampling_flags_top_k_one_is_the_greedy_output(translate_runs, translato
 
 
 def test_translate_refuses_sampling_with_nbest_or_alignments(tiny_model_dir):
-    """Both runs in one process (run_mains)."""
+    """Both runs in this process (run_mains)."""
     cases = (["--nbest=2"], ["--with_alignments=hard"])
     runs = run_mains("tf_transformer.translate",
                      [[f"--model_dir={tiny_model_dir}", "--sampling_topp=0.9", *flags]
-                      for flags in cases], _env())
+                      for flags in cases])
     for flags, result in zip(cases, runs, strict=True):
         assert result["code"] != 0 and "sampling draws one output" in result["stderr"], flags

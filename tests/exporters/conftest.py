@@ -1,22 +1,30 @@
-"""One SavedModel export shared by the export tests (built once per session)."""
+"""One SavedModel export shared by the export tests (built once per run, run_cache_fixtures)."""
+
+import os
 
 import pytest
 import tensorflow as tf
+from run_cache_fixtures import built_once
 from saved_model_fixtures import DECODE, DECODE_FLAGS, export_model, make_model_dir
 
 from tf_transformer.decoding.translator import Translator
+from tf_transformer.exporters import versions
 from tf_transformer.model_dir import ModelDir
 
 
 @pytest.fixture(scope="session")
-def model_dir(tmp_path_factory, spm_model_path):
-    return make_model_dir(str(tmp_path_factory.mktemp("export_model") / "eos"), spm_model_path)
+def model_dir(tmp_path_factory, worker_id, spm_model_path):
+    return built_once(tmp_path_factory, worker_id, "export-model-eos",
+                      lambda path: make_model_dir(path, spm_model_path))
 
 
 @pytest.fixture(scope="session")
-def exported(model_dir, tmp_path_factory):
-    return export_model(model_dir, str(tmp_path_factory.mktemp("exports") / "transformer"),
-                        *DECODE_FLAGS, "--average_last=2")
+def exported(model_dir, tmp_path_factory, worker_id):
+    """The export of `model_dir` (DECODE_FLAGS, --average_last=2): its version directory."""
+    export_dir = built_once(
+        tmp_path_factory, worker_id, "export-transformer-average2",
+        lambda path: export_model(model_dir, path, *DECODE_FLAGS, "--average_last=2"))
+    return os.path.join(export_dir, str(versions._last_issued(export_dir)))
 
 
 @pytest.fixture(scope="session")

@@ -14,18 +14,16 @@ import subprocess
 import sys
 
 import tensorflow as tf
-from absl import flags
 import model_fixtures
+from binary_fixtures import run_main
 from model_fixtures import REPO_ROOT
 
-from export import __main__ as export_main
 from tf_transformer.config import EOS_ID, DecodeConfig
 from tf_transformer.exporters import versions, warmup
 from tf_transformer.model import build_model
 from tf_transformer import model_dir as model_dir_lib
 from tf_transformer.model_dir import ModelDir
 
-FLAGS = flags.FLAGS
 SERVING_DIR = os.path.join(REPO_ROOT, "export", "serving")
 PYTHON = sys.executable
 DECODE_FLAGS = ["--beam_size=2", "--extra_length=6"]
@@ -96,9 +94,9 @@ def make_model_dir(path, spm_model_path):
 
 
 def export_model(model_dir, export_dir, *args):
-    FLAGS.unparse_flags()
-    FLAGS(["export", f"--model_dir={model_dir}", f"--export_dir={export_dir}", *args])
-    export_main.main([])
+    """`python -m export` in this process (binary_fixtures.run_main): the version's path."""
+    run = run_main("export", [f"--model_dir={model_dir}", f"--export_dir={export_dir}", *args])
+    assert run["code"] == 0, run["stderr"][-3000:]
     return os.path.join(export_dir, str(versions._last_issued(export_dir)))
 
 

@@ -1,11 +1,13 @@
 """The export in clean processes: the serving script without this repository or Keras,
-with tensorflow_text imported, the XLA-compiled export, and saved_model_cli."""
+with tensorflow_text imported, the XLA-compiled export, and saved_model_cli (the stock
+CLI, before and after tensorflow_text registers its ops)."""
 
 import json
 import os
 import subprocess
 
 import pytest
+from binary_fixtures import run_main
 from model_fixtures import REPO_ROOT
 from saved_model_fixtures import (
     DECODE_FLAGS,
@@ -39,12 +41,10 @@ def test_clean_process_output_equals_the_translate_binary(exported, model_dir, t
     source.write_bytes(data)
     averaged = str(tmp_path / "averaged")  # the same float64 mean, as a model directory
     model_dir_lib.write_averaged(ModelDir(model_dir), 2, ModelDir(averaged), build_model)
-    binary = subprocess.run(
-        [PYTHON, "-m", "tf_transformer.translate", f"--model_dir={averaged}",
-         f"--input={source}", *DECODE_FLAGS],
-        capture_output=True, cwd=REPO_ROOT, env=serving_env(), timeout=300)
-    assert binary.returncode == 0, binary.stderr.decode()[-3000:]
-    expected = binary.stdout.decode().split("\n")[:-1]
+    binary = run_main("tf_transformer.translate",
+                      [f"--model_dir={averaged}", f"--input={source}", *DECODE_FLAGS])
+    assert binary["code"] == 0, binary["stderr"][-3000:]
+    expected = binary["stdout"].split("\n")[:-1]
     assert len(expected) == len(lines) and got == expected
     assert len(set(got)) > 10 and got[40:42] == ["", ""]
 

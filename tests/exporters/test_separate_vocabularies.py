@@ -11,13 +11,12 @@ CTranslate2's conversion (when installed) gets both vocabularies.
 import json
 import os
 import re
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 import tensorflow as tf
-from model_fixtures import EMBEDDED_CORPUS_DIR, REPO_ROOT
+from binary_fixtures import run_main
+from model_fixtures import EMBEDDED_CORPUS_DIR
 from saved_model_fixtures import export_model
 
 from tf_transformer.config import BOS_ID, EOS_ID, PAD_ID, DecodeConfig
@@ -41,12 +40,6 @@ DECODE_FLAGS = ["--beam_size=2", "--extra_length=8", "--parallel_searches=1"]
 LATIN_LETTER = re.compile("[A-Za-z]")
 
 
-def _train(*args):
-    return subprocess.run([sys.executable, "-m", "tf_transformer.train", *args], cwd=REPO_ROOT,
-                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"), capture_output=True,
-                          text=True, timeout=900)
-
-
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory):
     """(model directory, the first 8 training sources, their Cyrillic references); dev loss
@@ -58,12 +51,13 @@ def pair(tmp_path_factory):
         (work / f"{split}.tsv").write_text(
             "".join(f"{s}\t{s.translate(TO_CYRILLIC)}\n" for s in sources), encoding="utf-8")
     model_dir = str(work / "run")
-    run = _train(f"--train_data={work / 'train.tsv'}", f"--dev_data={work / 'dev.tsv'}",
-                 "--dev_bleu_sentences=8", f"--model_dir={model_dir}", "--max_steps=150",
-                 f"--source_vocab_size={SOURCE_SIZE}", f"--target_vocab_size={TARGET_SIZE}",
-                 *TRAIN_FLAGS)
-    assert run.returncode == 0, run.stderr[-3000:]
-    assert "stopped_by=max_steps" in run.stdout and "dev_bleu=" in run.stdout, run.stdout
+    run = run_main("tf_transformer.train", [
+        f"--train_data={work / 'train.tsv'}", f"--dev_data={work / 'dev.tsv'}",
+        "--dev_bleu_sentences=8", f"--model_dir={model_dir}", "--max_steps=150",
+        f"--source_vocab_size={SOURCE_SIZE}", f"--target_vocab_size={TARGET_SIZE}",
+        *TRAIN_FLAGS])
+    assert run["code"] == 0, run["stderr"][-3000:]
+    assert "stopped_by=max_steps" in run["stdout"] and "dev_bleu=" in run["stdout"], run["stdout"]
     train = corpus.read_tsv(str(work / "train.tsv"))
     return model_dir, train.sources[:8], train.targets[:8]
 
@@ -83,9 +77,9 @@ def test_training_writes_one_vocabulary_per_side(pair, tmp_path):
     assert not [p for p in words(target) if LATIN_LETTER.search(p)]
     assert sum(bool(LATIN_LETTER.search(p)) for p in words(source)) > 200
     # --vocab is the shared one: with a separate side it is refused before any work.
-    refused = _train("--train_data=x.tsv", f"--model_dir={tmp_path}", "--vocab=v.model",
-                     "--source_vocab_size=400")
-    assert refused.returncode != 0 and "--vocab is one shared vocabulary" in refused.stderr
+    refused = run_main("tf_transformer.train", ["--train_data=x.tsv", f"--model_dir={tmp_path}",
+                                                "--vocab=v.model", "--source_vocab_size=400"])
+    assert refused["code"] != 0 and "--vocab is one shared vocabulary" in refused["stderr"]
 
 
 def test_the_saved_model_tokenizes_the_source_and_detokenizes_the_target(pair, tmp_path):

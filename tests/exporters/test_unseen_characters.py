@@ -11,12 +11,11 @@ is tested in tests/decoding/test_translator_vocabularies.py.
 """
 
 import os
-import subprocess
-import sys
 
 import pytest
 import tensorflow as tf
-from model_fixtures import REPO_ROOT, make_model_dir
+from binary_fixtures import run_main
+from model_fixtures import make_model_dir
 from saved_model_fixtures import export_model
 
 from tf_transformer.config import UNK_ID
@@ -47,12 +46,10 @@ def test_no_unk_through_the_translate_binary_and_the_saved_model(byte_fallback_m
 
     source = tmp_path / "unseen.txt"
     source.write_text("\n".join(UNSEEN) + "\n", encoding="utf-8")
-    run = subprocess.run(
-        [sys.executable, "-m", "tf_transformer.translate", f"--model_dir={byte_fallback_model_dir}",
-         f"--input={source}", "--nbest=2", *DECODE_FLAGS], cwd=REPO_ROOT, capture_output=True,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"), timeout=600)
-    assert run.returncode == 0, run.stderr.decode()[-3000:]
-    lines = run.stdout.decode("utf-8").split("\n")[:-1]  # index<TAB>score<TAB>text
+    run = run_main("tf_transformer.translate", [f"--model_dir={byte_fallback_model_dir}",
+                                                 f"--input={source}", "--nbest=2", *DECODE_FLAGS])
+    assert run["code"] == 0, run["stderr"][-3000:]
+    lines = run["stdout"].split("\n")[:-1]  # index<TAB>score<TAB>text
     assert len(lines) == 2 * len(UNSEEN)
     binary = [line.split("\t")[2] for line in lines]
     assert not [text for text in binary if UNK_TEXT in text]

@@ -140,8 +140,8 @@ def test_flags_that_would_change_the_architecture_are_refused(tiny_model_dir, tm
     argvs.append([f"--init_from={tmp_path}/none:best", f"--model_dir={new}",
                   "--train_data=x.tsv"])
     messages = [*cases.values(), "no model directory (config.json)"]
-    # One process for the five runs: each launch would import TensorFlow.
-    for run, message, argv in zip(run_mains("tf_transformer.train", argvs, _env(), 120),
+    # The five runs in this process (run_mains): each launch would import TensorFlow.
+    for run, message, argv in zip(run_mains("tf_transformer.train", argvs, _env()),
                                   messages, argvs, strict=True):
         assert run["code"] != 0 and message in run["stderr"], (argv, run["stderr"][-800:])
     assert not os.path.exists(new)
@@ -197,7 +197,7 @@ def test_fine_tuned_on_a_second_corpus_beats_training_on_it_from_scratch(
     """The same vocabulary (the second corpus's), settings and steps: `train --init_from` from
     the first corpus's model (`train` on it with its own 500-piece vocabulary, its
     embedding remapped), against `train` from scratch; the fine-tuned run starts at step 0
-    at the scratch run's learning rate. The three runs share one process (run_mains)."""
+    at the scratch run's learning rate. The three runs run in this process (run_mains)."""
     first_tsv, second_tsv, dev_tsv = two_corpora
     first_vocab, vocab = str(tmp_path / "first.model"), str(tmp_path / "second.model")
     tokenizer.train_sentencepiece(corpus.read_tsv(first_tsv), 500, first_vocab)

@@ -1,17 +1,18 @@
 """The training binary end to end: progress lines, SIGTERM, kill -9, refusals.
 
-Each test runs `python -m tf_transformer.train` in a subprocess on a few
-hundred embedded pairs with a 1+1-layer d_model 32 model.
+Each test runs `python -m tf_transformer.train` on a few hundred embedded pairs with a
+1+1-layer d_model 32 model: in a subprocess where the process is the point (kill -9,
+SIGTERM), in this process otherwise (binary_fixtures.run_main).
 """
 
 import json
 import os
 import signal
 import subprocess
-import sys
 
 import pytest
 import tensorflow as tf
+from binary_fixtures import binary_module, run_main
 from model_fixtures import REPO_ROOT
 from train_binary_fixtures import (
     start_train,
@@ -21,12 +22,20 @@ from train_binary_fixtures import (
 )
 from trainer_fixtures import read_scalars
 
+from tf_transformer import flags as flags_lib
+
 pytestmark = pytest.mark.slow
 
 
 def _run(command, env=None, timeout=300):
     return subprocess.run(command, cwd=REPO_ROOT, env=env or train_env(), capture_output=True,
                           text=True, timeout=timeout)
+
+
+def _train_here(train_tsv, spm_model_path, model_dir, *extra):
+    """train_command's run in this process (binary_fixtures.run_main)."""
+    _, _, module, *argv = train_command(train_tsv, spm_model_path, model_dir, *extra)
+    return run_main(module, argv)
 
 
 def test_kill_9_then_sigterm_checkpoint_then_resume_with_progress_lines(
@@ -79,12 +88,12 @@ def test_dev_bleu_best_dir_early_stop_translate_the_best_then_another_preset_is_
     """Dev evaluation at every checkpoint, best/, early stop and translate --checkpoint=best;
     then a run of another architecture in the same model_dir is refused."""
     model_dir = str(tmp_path / "run")
-    result = _run(train_command(train_tsv, spm_model_path, model_dir, "--max_steps=100",
-                                f"--dev_data={train_tsv}", "--dev_bleu_sentences=3",
-                                "--checkpoint_steps=1", "--keep_best=2", "--early_stop=1",
-                                "--divergence_steps=50"))
-    assert result.returncode == 0, result.stderr[-3000:]
-    lines = result.stdout.splitlines()
+    result = _train_here(train_tsv, spm_model_path, model_dir, "--max_steps=100",
+                         f"--dev_data={train_tsv}", "--dev_bleu_sentences=3",
+                         "--checkpoint_steps=1", "--keep_best=2", "--early_stop=1",
+                         "--divergence_steps=50")
+    assert result["code"] == 0, result["stderr"][-3000:]
+    lines = result["stdout"].splitlines()
     assert lines[0].startswith("unigram_loss=")
     evaluations = [l for l in lines if l.startswith("eval step=")]
     assert len(evaluations) >= 2 and evaluations[0].startswith("eval step=1 ")
@@ -101,17 +110,15 @@ def test_dev_bleu_best_dir_early_stop_translate_the_best_then_another_preset_is_
         e["step"] for e in record["evaluations"]}
     assert "unigram_loss" in scalars and "divergence_warnings" in scalars
     average = ["--checkpoint=best", f"--average_last={len(record['best'])}"]
-    translated = subprocess.run(
-        [sys.executable, "-m", "tf_transformer.translate", f"--model_dir={model_dir}",
-         "--beam_size=1", "--extra_length=3", *average], input="Fonts\n", cwd=REPO_ROOT,
-        env=train_env(), capture_output=True, text=True, timeout=300)
-    assert translated.returncode == 0, translated.stderr[-3000:]
-    assert len(translated.stdout.splitlines()) == 1
-    assert os.path.join(model_dir, "best", record["best"][0]["checkpoint"]) in translated.stderr
-    other = _run(train_command(train_tsv, spm_model_path, model_dir, "--max_steps=2",
-                               "--d_model=64"))
-    assert other.returncode != 0
-    assert "different architecture" in other.stderr
+    translated = run_main("tf_transformer.translate", [
+        f"--model_dir={model_dir}", "--beam_size=1", "--extra_length=3", *average],
+        stdin=b"Fonts\n")
+    assert translated["code"] == 0, translated["stderr"][-3000:]
+    assert len(translated["stdout"].splitlines()) == 1
+    assert os.path.join(model_dir, "best", record["best"][0]["checkpoint"]) in translated["stderr"]
+    other = _train_here(train_tsv, spm_model_path, model_dir, "--max_steps=2", "--d_model=64")
+    assert other["code"] != 0
+    assert "different architecture" in other["stderr"]
 
 
 RECIPES = {
@@ -121,29 +128,27 @@ RECIPES = {
 }
 
 
+def _recipe_config(train, flagfile: str) -> dict:
+    """The figures of the Config the training binary's flags give with `flagfile`."""
+    train.FLAGS.unparse_flags()
+    train.FLAGS(["train", f"--flagfile={flagfile}", "--model_dir=x"])
+    c = flags_lib.config_from_flags(train.FLAGS.vocab_size)
+    return {"d_model": c.model.d_model, "max_steps": c.train.max_steps,
+            "dropout": c.model.dropout, "average_last": c.train.average_last,
+            "ls": c.train.label_smoothing, "warmup": c.train.warmup_steps,
+            "tokens": c.data.tokens_per_batch, "vocab": c.model.vocab_size,
+            "accum": c.train.accum_steps}
+
+
 def test_recipe_flag_files_hold_the_papers_numbers():
-    """The three recipes parsed in one process, every flag reset to its default between them."""
-    script = (
-        "import json, sys\n"
-        "from tf_transformer import train, flags as f\n"
-        "for flagfile in sys.argv[1:]:\n"
-        "    train.FLAGS.unparse_flags()\n"
-        "    train.FLAGS([sys.argv[0], '--flagfile=' + flagfile, '--model_dir=x'])\n"
-        "    c = f.config_from_flags(train.FLAGS.vocab_size)\n"
-        "    print(json.dumps({'d_model': c.model.d_model, 'max_steps': c.train.max_steps,"
-        " 'dropout': c.model.dropout, 'average_last': c.train.average_last,"
-        " 'ls': c.train.label_smoothing, 'warmup': c.train.warmup_steps,"
-        " 'tokens': c.data.tokens_per_batch, 'vocab': c.model.vocab_size,"
-        " 'accum': c.train.accum_steps}))\n")
+    """The three recipes parsed by the binary's flags, every flag reset to its default
+    between them."""
     flagfiles = [os.path.join(REPO_ROOT, "tf_transformer", "recipes", recipe + ".flags")
                  for recipe in RECIPES]
-    result = subprocess.run([sys.executable, "-c", script, *flagfiles], cwd=REPO_ROOT,
-                            capture_output=True, text=True, env=train_env())
-    assert result.returncode == 0, result.stderr[-2000:]
-    lines = [l for l in result.stdout.splitlines() if l.startswith("{")]
-    assert len(lines) == len(RECIPES)
-    for (recipe, expected), flagfile, line in zip(RECIPES.items(), flagfiles, lines):
-        got = json.loads(line)
+    with binary_module("tf_transformer.train") as train:
+        configs = [_recipe_config(train, flagfile) for flagfile in flagfiles]
+    assert len(configs) == len(RECIPES)
+    for (recipe, expected), flagfile, got in zip(RECIPES.items(), flagfiles, configs):
         assert {k: got[k] for k in expected} == expected, recipe
         assert (got["ls"], got["warmup"], got["tokens"] * 8 * got["accum"]) == (
             0.1, 4000, 25000), recipe
@@ -158,10 +163,9 @@ def test_recipe_flag_files_hold_the_papers_numbers():
 def test_static_shape_runs_train_through_the_binary(tmp_path, train_tsv, spm_model_path):
     shape_flags = ["--packing", "--compile_step", "--max_length=16"]
     model_dir = str(tmp_path / "run")
-    result = _run(train_command(train_tsv, spm_model_path, model_dir, "--max_steps=4",
-                                *shape_flags))
-    assert result.returncode == 0, result.stderr[-3000:]
-    losses = [float(l.split("loss=")[1].split()[0]) for l in result.stdout.splitlines()
+    result = _train_here(train_tsv, spm_model_path, model_dir, "--max_steps=4", *shape_flags)
+    assert result["code"] == 0, result["stderr"][-3000:]
+    losses = [float(l.split("loss=")[1].split()[0]) for l in result["stdout"].splitlines()
               if l.startswith("step=")]
     assert len(losses) == 4 and all(0 < loss < 20 for loss in losses)
     with open(os.path.join(model_dir, "config.json")) as f:
