@@ -18,13 +18,16 @@ venv: $(VENV)/.installed
 demo: venv
 	bash data/demo.sh
 
-# Three processes on two cores: a test often waits on processes it started; the longest
-# files go first (tests/conftest.py) so that the three end together.
+# One process per core; worksteal gives each a share of the tests and moves tests from the
+# busier to the idle one, so both end together without an ordering list. Session fixtures
+# are built once for both (tests/run_cache_fixtures.py).
+PYTEST := $(PY) -m pytest -q -n 2 --dist worksteal
+
 test: venv
-	$(PY) -m pytest -q -n 3 --dist loadfile --no-loadscope-reorder -m "not recipes" tests
+	$(PYTEST) -m "not recipes" tests
 
 test-fast: venv
-	$(PY) -m pytest -q -n 3 --dist loadfile --no-loadscope-reorder -m "not slow and not recipes" tests
+	$(PYTEST) -m "not slow and not recipes" tests
 
 # The four WMT14 recipes trained, averaged, translated, evaluated and exported on TFDS mock
 # data, at a tiny width and at their own sizes (tens of minutes on a CPU).
