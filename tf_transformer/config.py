@@ -148,6 +148,9 @@ class TrainConfig:
     """Section 5.3-5.4: Adam, warmup then inverse square root, label smoothing."""
 
     label_smoothing: float = 0.1  # epsilon_ls
+    # R-Drop (Liang et al. 2021): > 0 runs each batch twice and adds this times the
+    # symmetric KL of the two passes' outputs (training/step.py); 0: one pass.
+    rdrop_alpha: float = 0.0
     warmup_steps: int = 4000
     learning_rate_scale: float = 1.0  # multiplies the paper's schedule
     adam_beta_1: float = 0.9
@@ -176,6 +179,8 @@ class TrainConfig:
     def __post_init__(self):
         if not 0.0 <= self.label_smoothing < 1.0:
             raise ConfigError("label_smoothing must be in [0, 1)")
+        if not self.rdrop_alpha >= 0.0:
+            raise ConfigError(f"rdrop_alpha must be >= 0 (0: off), got {self.rdrop_alpha}")
         if self.warmup_steps <= 0:
             raise ConfigError("warmup_steps must be positive")
         if self.accum_steps < 1:

@@ -52,6 +52,9 @@ _DATA_OVERRIDES = {
 }
 _TRAIN_OVERRIDES = {
     "label_smoothing": (float, "epsilon_ls."),
+    "rdrop_alpha": (float, "R-Drop: each batch twice through the model with independent "
+                           "dropout, plus this times the symmetric KL of the two outputs "
+                           "(paper: 5; 0: off, one pass)."),
     "warmup_steps": (int, "Linear warmup steps of the learning rate."),
     "learning_rate_scale": (float, "Multiplies the paper's learning-rate schedule."),
     "max_steps": (int, "Stop after this many optimizer steps (global)."),

@@ -66,8 +66,8 @@ class ReplicaGrads:
             tape.watch(values)
             mapping = list(zip(step.model.trainable_variables, values))
             with keras.StatelessScope(state_mapping=mapping):
-                loss_sum, tokens = step.loss_sums(batch, dropout_key)
-            scaled = loss_sum * scale
+                objective, loss_sum, tokens = step.objective_sums(batch, dropout_key)
+            scaled = objective * scale
         grads = tape.gradient(scaled, values)
         return [tf.convert_to_tensor(g) for g in grads], loss_sum, tokens
 

@@ -79,6 +79,49 @@ def compiled_smoothed_cross_entropy(logits: tf.Tensor, labels: tf.Tensor,
     return loss_of(logits) * weights, weights
 
 
+@tf.function(jit_compile=True, autograph=False)
+def _symmetric_kl_and_logits_gradients(first, second):
+    """KL(P1||P2) + KL(P2||P1) per row and its gradients with respect to both logits,
+    float32, one XLA program. With d = log P1 - log P2 the sum is sum_v (P1 - P2) d, and
+    its gradient P1 (d - E_P1[d]) + P1 - P2 for the first logits (swap 1 and 2 for the
+    second; the sign of d flips)."""
+    log_p1 = tf.nn.log_softmax(tf.cast(first, tf.float32))
+    log_p2 = tf.nn.log_softmax(tf.cast(second, tf.float32))
+    p1, p2 = tf.exp(log_p1), tf.exp(log_p2)
+    d = log_p1 - log_p2
+    kl = tf.reduce_sum((p1 - p2) * d, axis=-1)
+    mean_1 = tf.reduce_sum(p1 * d, axis=-1, keepdims=True)
+    mean_2 = tf.reduce_sum(p2 * d, axis=-1, keepdims=True)
+    return kl, p1 * (d - mean_1) + p1 - p2, p2 * (mean_2 - d) + p2 - p1
+
+
+def compiled_symmetric_kl(first_logits: tf.Tensor, second_logits: tf.Tensor,
+                          labels: tf.Tensor):
+    """R-Drop's divergence of two passes' outputs (Liang et al. 2021, eq. 2) per target
+    token: KL(P1||P2) + KL(P2||P1), both directions differentiated (as fairseq's
+    `compute_kl_loss`, whose term is half of this sum), from float32 log-softmax
+    whatever the compute dtype; the value and both gradients from one XLA program.
+
+    Args:
+      first_logits, second_logits: [..., vocab], the same positions of two passes.
+      labels: int [...]; PAD_ID positions get weight 0.
+    Returns:
+      (divergence [...] float32, weights [...] float32 in {0, 1}).
+    """
+    @tf.custom_gradient
+    def divergence_of(first, second):
+        kl, first_gradient, second_gradient = _symmetric_kl_and_logits_gradients(first, second)
+
+        def backward(upstream):
+            upstream = upstream[..., None]
+            return (tf.cast(first_gradient * upstream, first.dtype),
+                    tf.cast(second_gradient * upstream, second.dtype))
+        return kl, backward
+
+    weights = _non_pad_weights(labels)
+    return divergence_of(first_logits, second_logits) * weights, weights
+
+
 def loss_floor(vocab_size: int, label_smoothing: float) -> float:
     """The smallest possible value: the entropy of the smoothed target distribution."""
     import math

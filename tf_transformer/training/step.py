@@ -13,6 +13,11 @@ Dropout masks are passed, not found: each micro-batch's forward pass gets the ke
 The masks are then a function of (seed, layer, step, micro-batch, replica):
 distinct across replicas and workers, and restored by restoring the step, so no
 random state is checkpointed.
+
+R-Drop (TrainConfig.rdrop_alpha > 0, `rdrop_sums`): each micro-batch goes through the
+model twice in one pass over its rows doubled, and the gradient is that of the two
+cross-entropies plus the symmetric KL of the two outputs; the reported loss stays
+the cross-entropy (the mean of the two passes), divided by the same token count.
 """
 
 from __future__ import annotations
@@ -79,18 +84,60 @@ class TrainStep:
         states = self.model.states(inputs, training=True, dropout_key=dropout_key)
         labels = batch["target_out"]
         if self.policy.gather_targets:
-            # The output layer and softmax only where there is a target token:
-            # padding would cost a [d_model, vocab] product per position.
-            positions = tf.where(tf.not_equal(labels, PAD_ID))
-            states, labels = tf.gather_nd(states, positions), tf.gather_nd(labels, positions)
-            # Pad rows (label PAD, weight 0) to a multiple of GATHERED_ROWS_MULTIPLE:
-            # the compiled loss sees a few shapes, not one per token count.
-            pad = -tf.shape(labels)[0] % GATHERED_ROWS_MULTIPLE
-            states = tf.pad(states, [[0, pad], [0, 0]])
-            labels = tf.pad(labels, [[0, pad]], constant_values=PAD_ID)
+            states, labels = gather_target_rows(states, labels)
         token_loss, weights = losses.compiled_smoothed_cross_entropy(
             self.model.logits(states), labels, self.config.train.label_smoothing)
         return tf.reduce_sum(token_loss), tf.reduce_sum(weights)
+
+    def objective_sums(self, batch: dict, dropout_key: tf.Tensor | None = None):
+        """(objective sum, loss sum, non-pad target tokens) of one micro-batch, float32:
+        the gradient is the objective's, the reported loss the cross-entropy's.
+
+        rdrop_alpha 0: `loss_sums`, the objective its loss (the same graph as without
+        R-Drop). Otherwise `rdrop_sums`."""
+        if self.config.train.rdrop_alpha > 0:
+            return self.rdrop_sums(batch, dropout_key)
+        loss_sum, tokens = self.loss_sums(batch, dropout_key)
+        return loss_sum, loss_sum, tokens
+
+    def rdrop_sums(self, batch: dict, dropout_key: tf.Tensor | None = None):
+        """R-Drop (Liang et al. 2021): (objective sum, loss sum, tokens) of two passes.
+
+        One forward pass over the rows doubled ([2b, ...]: the batch, then itself) with
+        the micro-batch's one key: a Dropout draws its mask over the whole [2b, ...]
+        shape from that key, so the halves take disjoint counters of its stream and get
+        independent masks, and no other key is spent (the key space stays (step,
+        micro-batch, replica): resume stays exact). On the gathered path both halves
+        keep the same non-pad rows in the same order, so the divergence compares a
+        position with itself.
+
+        Per non-pad token, with CE_i the smoothed cross-entropy of pass i and
+        D = KL(P1||P2) + KL(P2||P1):
+            objective = (CE_1 + CE_2) / 2 + alpha / 4 * D,
+        half the paper's per-token loss CE_1 + CE_2 + alpha / 2 * D (fairseq's
+        `label_smoothed_cross_entropy_with_rdrop`, which divides by one pass's tokens):
+        alpha means what it means there, the step divides by the global count of
+        one pass's non-pad target tokens as without R-Drop, and the reported loss,
+        (CE_1 + CE_2) / 2, stays comparable across settings. Adam is invariant to
+        the factor 1/2 (up to its epsilon). Without dropout both passes are equal, D
+        is 0 and the step is the one-pass step (to float rounding).
+        """
+        train = self.config.train
+        inputs = {k: tf.concat([v, v], 0) for k, v in batch.items() if k != "target_out"}
+        states = self.model.states(inputs, training=True, dropout_key=dropout_key)
+        first, second = tf.split(states, 2)
+        labels = batch["target_out"]
+        if self.policy.gather_targets:
+            first, gathered = gather_target_rows(first, labels)
+            second, _ = gather_target_rows(second, labels)
+            labels = gathered
+        logits = self.model.logits(tf.concat([first, second], 0))
+        token_loss, weights = losses.compiled_smoothed_cross_entropy(
+            logits, tf.concat([labels, labels], 0), train.label_smoothing)
+        divergence, _ = losses.compiled_symmetric_kl(*tf.split(logits, 2), labels)
+        loss_sum = tf.reduce_sum(token_loss) / 2.0
+        objective = loss_sum + (train.rdrop_alpha / 4.0) * tf.reduce_sum(divergence)
+        return objective, loss_sum, tf.reduce_sum(weights) / 2.0
 
     def loss_scale_factor(self) -> tf.Tensor:
         """The mixed_float16 loss scale (float32 scalar), else 1."""
@@ -99,10 +146,11 @@ class TrainStep:
         return tf.constant(1.0)
 
     def grads(self, batch: dict, dropout_key: tf.Tensor | None = None):
-        """Sums (not means) over one micro-batch: (gradients, loss, tokens, source tokens)."""
+        """Sums (not means) over one micro-batch: (gradients of the objective, loss, tokens,
+        source tokens); see `objective_sums`."""
         with tf.GradientTape() as tape:
-            loss_sum, tokens = self.loss_sums(batch, dropout_key)
-            scaled = loss_sum * self.loss_scale_factor()
+            objective, loss_sum, tokens = self.objective_sums(batch, dropout_key)
+            scaled = objective * self.loss_scale_factor()
         grads = tape.gradient(scaled, self.model.trainable_variables)
         grads = [tf.convert_to_tensor(g) for g in grads]
         return grads, loss_sum, tokens, source_token_count(batch)
@@ -129,6 +177,8 @@ class TrainStep:
             grads = more if grads is None else [a + b for a, b in zip(grads, more)]
             loss_sum, tokens, source_tokens = loss_sum + l, tokens + t, source_tokens + s
             shape = tf.cast(tf.shape(batch["source"]), tf.float32)
+            if self.config.train.rdrop_alpha > 0:
+                shape = shape * tf.constant([2.0, 1.0])  # R-Drop's pass over doubled rows
             target_length = tf.cast(tf.shape(batch["target_in"])[1], tf.float32)
             step_flops += flops.train_step_flops(self.config.model, shape[0], shape[1],
                                                  target_length)
@@ -184,6 +234,19 @@ class TrainStep:
             return traced(iterator, tf.zeros([3]) if flags is None else flags)
 
         return step
+
+
+def gather_target_rows(states, labels):
+    """The output layer and softmax only where there is a target token: padding would
+    cost a [d_model, vocab] product per position. states [b, T, d_model], labels [b, T]
+    -> ([n, d_model], [n]) in row-major order, n the non-pad count padded (label PAD,
+    weight 0) to a multiple of GATHERED_ROWS_MULTIPLE: the compiled loss sees a few
+    shapes, not one per token count."""
+    positions = tf.where(tf.not_equal(labels, PAD_ID))
+    states, labels = tf.gather_nd(states, positions), tf.gather_nd(labels, positions)
+    pad = -tf.shape(labels)[0] % GATHERED_ROWS_MULTIPLE
+    states = tf.pad(states, [[0, pad], [0, 0]])
+    return states, tf.pad(labels, [[0, pad]], constant_values=PAD_ID)
 
 
 def source_token_count(batch) -> tf.Tensor:
