@@ -53,6 +53,7 @@ import tensorflow as tf
 from tf_transformer.config import BOS_ID, EOS_ID, PAD_ID, DataConfig
 from tf_transformer.inputs.corpus import Corpus
 from tf_transformer.inputs.streamed import StreamedCorpus, StreamTally
+from tf_transformer.inputs.subword_sampling import PairSampler, repeat_counting_passes
 from tf_transformer.inputs.tokenizer import Tokenizer, TokenizerPair, sides
 
 AUTOTUNE = tf.data.AUTOTUNE
@@ -129,7 +130,8 @@ def from_corpus(corpus: Corpus | StreamedCorpus, shard: tuple[int, int] = (0, 1)
     })
 
 
-def tokenize(tokenizer: Tokenizer | TokenizerPair, truncate_to: int | None = None) -> Transform:
+def tokenize(tokenizer: Tokenizer | TokenizerPair, truncate_to: int | None = None,
+             sampler: PairSampler | None = None) -> Transform:
     """String pairs -> batches of ragged int32 ids, TOKENIZE_BATCH pairs at a time.
 
     Each side with its own vocabulary when `tokenizer` is a TokenizerPair (the
@@ -137,7 +139,9 @@ def tokenize(tokenizer: Tokenizer | TokenizerPair, truncate_to: int | None = Non
 
     Output: {"index", "source", "target_in", "target_out"}, ids ragged [n, (len)].
     Batching amortises the tokenizer call; the map runs in parallel.
-    `truncate_to` cuts each side to that many tokens, EOS/BOS included.
+    `truncate_to` cuts each side to that many tokens, EOS/BOS included. A
+    `sampler` resegments both sides (BPE-dropout), keyed by the pairs' "index"
+    and "epoch" (subword_sampling.repeat_counting_passes adds it).
     """
     keep = None if truncate_to is None else truncate_to - 1
     source_tokenizer, target_tokenizer = sides(tokenizer)
@@ -145,6 +149,8 @@ def tokenize(tokenizer: Tokenizer | TokenizerPair, truncate_to: int | None = Non
     def encode(pairs):
         x = source_tokenizer.tokenize(pairs["source"])
         y = target_tokenizer.tokenize(pairs["target"])
+        if sampler is not None:
+            x, y = sampler(x, y, pairs["index"], pairs["epoch"])
         if keep is not None:
             x, y = x[:, :keep], y[:, :keep]
         eos = tf.fill([x.nrows(), 1], EOS_ID)
@@ -241,9 +247,10 @@ def token_pairs(corpus: Corpus | StreamedCorpus, tokenizer: Tokenizer, data_conf
                 count_skipped: bool = True) -> tf.data.Dataset:
     """This worker's shard as tokenised ragged batches (tokenize's keys).
 
-    Training: shuffled (seeded, reshuffled each epoch) before `repeat`, pairs
-    over max_length dropped (counted and logged as they stream by with
-    `count_skipped`). Evaluation: in order, over-long sides truncated.
+    Training: shuffled (seeded, reshuffled each epoch) before `repeat`, resegmented
+    by BPE-dropout when `subword_sampling` > 0, pairs over max_length (as sampled)
+    dropped (counted and logged as they stream by with `count_skipped`).
+    Evaluation: in order, over-long sides truncated, never sampled.
     """
     shard = (0, 1)
     if input_context is not None:
@@ -253,11 +260,17 @@ def token_pairs(corpus: Corpus | StreamedCorpus, tokenizer: Tokenizer, data_conf
     if training:
         dataset = dataset.shuffle(data_config.shuffle_buffer, seed=data_config.seed,
                                   reshuffle_each_iteration=True)
-    if repeat:
+    sampling = training and data_config.subword_sampling > 0
+    if sampling:  # the draws are keyed by the pass: it is counted (and checkpointed)
+        dataset = repeat_counting_passes(dataset, repeat)
+    elif repeat:
         dataset = dataset.repeat()
     if not training:
         return dataset.apply(tokenize(tokenizer, truncate_to=data_config.max_length))
-    dataset = dataset.apply(tokenize(tokenizer))
+    source_tokenizer, target_tokenizer = sides(tokenizer)
+    sampler = PairSampler(source_tokenizer.model_proto, target_tokenizer.model_proto,
+                          data_config.subword_sampling, data_config.seed) if sampling else None
+    dataset = dataset.apply(tokenize(tokenizer, sampler=sampler))
     return dataset.apply(filter_max_length(data_config.max_length,
                                            tally if count_skipped else None))
 
