@@ -119,9 +119,14 @@ class DataConfig:
     # Training pairs packed into [tokens_per_batch // max_length, max_length] rows with
     # segment and position ids (inputs/packing.py): one static shape, ~5% padding.
     packing: bool = False
+    # BPE-dropout of the training pairs (inputs/subword_sampling.py): each merge skipped
+    # with this probability, drawn from (seed, pass, line); 0 keeps SentencePiece's own.
+    subword_sampling: float = 0.0
 
     def __post_init__(self):
         object.__setattr__(self, "static_boundaries", tuple(self.static_boundaries))  # JSON list
+        if not 0.0 <= self.subword_sampling < 1.0:
+            raise ConfigError("subword_sampling must be in [0, 1)")
         if any(b < 1 for b in self.static_boundaries):
             raise ConfigError("static_boundaries must be positive")
         if self.static_batch and self.packing:

@@ -49,6 +49,8 @@ _DATA_OVERRIDES = {
     "deterministic": (bool, "Reproducible batch order (slower input)."),
     "static_batch": (bool, "Training batches in a few fixed shapes, short ones filled with PAD rows."),
     "packing": (bool, "Pack several pairs per fixed-length row (segment ids; one static shape)."),
+    "subword_sampling": (float, "BPE-dropout of the training pairs: each merge skipped with this "
+                                "probability, seeded by (seed, pass, line) (0: off)."),
 }
 _TRAIN_OVERRIDES = {
     "label_smoothing": (float, "epsilon_ls."),
