@@ -17,9 +17,12 @@ yet): an NVIDIA device node (/dev/nvidia0, ...) and CUDA_VISIBLE_DEVICES not
 hiding every device ("" or -1). A variable the user set is left as it is.
 
 When its main has returned, a binary leaves without the interpreter's teardown
-(`exit_now`): with TensorFlow imported, tearing the interpreter down costs 1.3-1.8 s of
-CPU per process and does nothing a finished binary needs (its files are closed, its
-summaries flushed; the streams and logs are flushed here). A worker of a multi-worker
+(`exit_now`): with TensorFlow imported, tearing the interpreter down adds 1.4-3.3 s
+(median 2.5 s) to every command, a quarter of a short translate's ~10 s
+(bench/results/tests.md, 2026-11-29), and does nothing a finished binary needs (its
+files are closed, its summaries flushed; the streams and logs are flushed here). The
+tests run most binaries in their own process (tests/binary_fixtures.py), where main
+returns and nothing exits. A worker of a multi-worker
 cluster (TF_CONFIG set) leaves the normal way: its peers may still be reading its last
 collective messages.
 """
