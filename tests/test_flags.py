@@ -23,9 +23,11 @@ out = []
 for argv in json.loads(sys.argv[1]):
     flags.FLAGS.unparse_flags()
     flags.FLAGS(["x", *argv])
-    m = f.config_from_flags(vocab_size=1000).model
+    c = f.config_from_flags(vocab_size=1000)
+    m = c.model
     out.append({"d_k": m.d_k, "d_v": m.d_v, "key_dim": m.key_dim, "value_dim": m.value_dim,
-                "d_model": m.d_model, "decode": f.decode_overrides()})
+                "d_model": m.d_model, "decode": f.decode_overrides(), "dtype": c.train.dtype,
+                "relu_dropout": m.relu_dropout})
 print(json.dumps(out))
 """
 
@@ -61,3 +63,13 @@ def test_model_and_decode_flags_become_config_overrides():
     assert (row_b["d_k"], row_b["key_dim"]) == (16, 16)
     assert decode["decode"] == {"beam_size": 2, "alpha": 1.0, "jit_compile": False,
                                 "batch_size": 7}
+
+
+def test_training_dtype_is_auto_unless_set_and_relu_dropout_is_a_model_flag():
+    """`make demo` trains in bfloat16 on an AMX CPU without a flag: --dtype defaults to auto
+    (resolved by training/precision.py), whatever the preset."""
+    plain, explicit, big = _parse([], ["--dtype=float32", "--relu_dropout=0.3"],
+                                  ["--preset=big"])
+    assert (plain["dtype"], plain["relu_dropout"]) == ("auto", 0.0)
+    assert (explicit["dtype"], explicit["relu_dropout"]) == ("float32", 0.3)
+    assert big["dtype"] == "auto"

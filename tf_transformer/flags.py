@@ -83,6 +83,9 @@ _TRAIN_OVERRIDES = {
     "seed": (int, "Seed of weights, dropout and data order."),
 }
 
+# Train flags whose binary default is not the preset's: the training dtype is the one this
+# machine's matrix units pay for (training/precision.py), whatever the preset.
+BINARY_DEFAULTS = {"dtype": "auto"}
 _DEFINE = {int: flags.DEFINE_integer, float: flags.DEFINE_float, str: flags.DEFINE_string,
            bool: flags.DEFINE_bool}
 _DECODE_FLAGS = {  # flag -> DecodeConfig field; None defaults keep config.json's value
@@ -138,9 +141,13 @@ def define_decode_flags(nbest_help: str | None, batch_size: bool = True,
 
 
 def decode_overrides() -> dict:
-    """The decode flags the user set, as DecodeConfig fields."""
-    return {field: FLAGS[flag].value for flag, field in _DECODE_FLAGS.items()
-            if flag in FLAGS and FLAGS[flag].value is not None}
+    """The decode flags the user set, as DecodeConfig fields. Beside the model flags
+    (define_decode_flags without `dtype`), --dtype is training's and is not one of them."""
+    overrides = {field: FLAGS[flag].value for flag, field in _DECODE_FLAGS.items()
+                 if flag in FLAGS and FLAGS[flag].value is not None}
+    if overrides.get("dtype") not in (None, *DECODE_DTYPES):
+        del overrides["dtype"]
+    return overrides
 
 
 def check_restore_flags() -> None:
@@ -173,7 +180,9 @@ def define_model_flags() -> None:
     flags.DEFINE_string("preset", "tiny", "Preset (python -m tf_transformer.presets lists them).")
     for group in (_MODEL_OVERRIDES, _DATA_OVERRIDES, _TRAIN_OVERRIDES):
         for name, (kind, help_text) in group.items():
-            _DEFINE[kind](name, None, f"{help_text} Default: the preset's.")
+            default = BINARY_DEFAULTS.get(name)
+            _DEFINE[kind](name, default, f"{help_text} Default: "
+                          + (f"{default}." if default is not None else "the preset's."))
 
 
 def _overrides(group: dict) -> dict:

@@ -94,7 +94,9 @@ def test_dev_bleu_best_dir_early_stop_translate_the_best_then_another_preset_is_
                          "--divergence_steps=50")
     assert result["code"] == 0, result["stderr"][-3000:]
     lines = result["stdout"].splitlines()
-    assert lines[0].startswith("unigram_loss=")
+    assert lines[0].startswith("training dtype=")  # --dtype=auto resolved, said first
+    assert "requested=auto" in lines[0]
+    assert lines[1].startswith("unigram_loss=")
     evaluations = [l for l in lines if l.startswith("eval step=")]
     assert len(evaluations) >= 2 and evaluations[0].startswith("eval step=1 ")
     assert "dev_loss=" in evaluations[0] and "dev_bleu=" in evaluations[0]

@@ -114,9 +114,10 @@ def _resolved_config(config: Config, source_tok, target_tok) -> Config:
     config = with_vocab_size(config, target_tok.vocab_size,
                              source_tok.vocab_size if separate else None)
     units, gpus = precision.cpu_matrix_units(), len(tf.config.list_logical_devices("GPU"))
+    requested = config.train.dtype
     config = precision.resolve(config, units, gpus)
-    logging.info("training dtype %s; CPU matrix units: %s", config.train.dtype,
-                 ",".join(units) or "none known")
+    print_progress(f"training dtype={config.train.dtype} requested={requested} "
+                   f"gpus={gpus} cpu_matrix_units={','.join(units) or 'none_known'}")
     for warning in precision.warnings(config.train.dtype, units, gpus):
         logging.warning("%s", warning)
     return config
