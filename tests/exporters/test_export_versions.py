@@ -7,7 +7,8 @@ import types
 
 import numpy as np
 import pytest
-from saved_model_fixtures import DECODE, export_model
+from binary_fixtures import run_main
+from saved_model_fixtures import DECODE
 
 from tf_transformer.config import DecodeConfig
 from tf_transformer.decoding.translator import Translator
@@ -58,9 +59,10 @@ def test_average_last_averages_in_memory(model_dir):
 
 
 def test_export_flags_are_checked(model_dir, tmp_path):
-    from absl import app
-    with pytest.raises(app.UsageError):
-        export_model(model_dir, str(tmp_path / "e"), "--average_last=2", f"--checkpoint={model_dir}")
+    refused = run_main("export", [f"--model_dir={model_dir}", f"--export_dir={tmp_path / 'e'}",
+                                  "--average_last=2", f"--checkpoint={model_dir}"])
+    assert refused["code"] == 1  # app.UsageError
+    assert "give --checkpoint or --average_last, not both" in refused["stderr"]
     assert not os.path.exists(tmp_path / "e")
     chosen = Translator.from_model_dir(ModelDir(model_dir), f"{model_dir}/ckpt-1", DECODE)
     paths = list(chosen.checkpoint_paths)
