@@ -185,3 +185,13 @@ def test_model_overrides_reset_a_presets_head_sizes():
     assert row_a.with_overrides({"d_model": 256, "d_k": 32}).key_dim == 32  # the user's own
     assert row_a.with_overrides({"d_ff": 1024}).key_dim == 128  # head sizes untouched
     assert row_a.with_overrides({}) == row_a
+
+
+def test_with_vocab_size_sets_one_shared_vocabulary_or_two_separate_ones():
+    config = Config()
+    shared = config.with_vocab_size(8000)
+    assert (shared.model.vocab_size, shared.model.share_embeddings) == (8000, True)
+    separate = config.with_vocab_size(8000, 6000)
+    assert (separate.model.vocab_size, separate.model.source_vocab_size) == (8000, 6000)
+    assert not separate.model.share_embeddings
+    assert separate.train == config.train and config.model.vocab_size == 37000

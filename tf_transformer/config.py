@@ -259,6 +259,14 @@ class Config:
     def replace(self, **parts: Any) -> "Config":
         return dataclasses.replace(self, **parts)
 
+    def with_vocab_size(self, vocab_size: int, source_vocab_size: int | None = None) -> "Config":
+        """This config for one shared vocabulary of `vocab_size` pieces, or with
+        `source_vocab_size` for separate ones (target `vocab_size`; embeddings not shared)."""
+        changes: dict = {"vocab_size": vocab_size}
+        if source_vocab_size is not None:
+            changes.update(share_embeddings=False, source_vocab_size=source_vocab_size)
+        return self.replace(model=dataclasses.replace(self.model, **changes))
+
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
 

@@ -150,6 +150,21 @@ def decode_overrides() -> dict:
     return overrides
 
 
+def define_corpus_binary_flags(data_help: str, search: bool = True) -> None:
+    """The flags of a binary that runs a trained model over the pairs of --data (evaluate,
+    score): the restore flags, the decode flags (no --nbest) and --data."""
+    define_restore_flags()
+    define_decode_flags(nbest_help=None, search=search)
+    flags.DEFINE_string("data", None, data_help)
+
+
+def translator_for_corpus() -> tuple[Translator, DecodeConfig]:
+    """UsageError without --data, else translator_from_flags()."""
+    if not FLAGS.data:
+        raise app.UsageError("--data is required")
+    return translator_from_flags()
+
+
 def check_restore_flags() -> None:
     """UsageError unless --model_dir is set and --average_last comes with no --checkpoint
     or with --checkpoint=best."""
@@ -233,7 +248,7 @@ def fine_tuning_config(source: Config) -> Config:
     """The Config of a model fine-tuned from `source` (the --init_from model's config.json):
     its architecture and settings, with the data and train flags the user set and
     --dropout / --attention_dropout / --relu_dropout. --preset, or a model flag that would change the
-    architecture, is a UsageError. The vocabulary size stays the source's (with_vocab_size)."""
+    architecture, is a UsageError. The vocabulary size stays the source's (Config.with_vocab_size)."""
     if FLAGS["preset"].present:
         raise app.UsageError("--preset with --init_from: the architecture is the source "
                              "model's (its config.json)")
@@ -269,17 +284,7 @@ def run_binary(main: Callable, module_name: str) -> None:
         process_defaults.exit_now(done.code)
 
 
-def with_vocab_size(config: Config, vocab_size: int, source_vocab_size: int | None = None
-                    ) -> Config:
-    """`config` for one shared vocabulary of `vocab_size` pieces, or with
-    `source_vocab_size` for separate ones (target `vocab_size`; embeddings not shared)."""
-    changes: dict = {"vocab_size": vocab_size}
-    if source_vocab_size is not None:
-        changes.update(share_embeddings=False, source_vocab_size=source_vocab_size)
-    return config.replace(model=dataclasses.replace(config.model, **changes))
-
-
-__all__ = ["InitFrom", "ModelConfig", "config_from_flags", "decode_overrides", "define_decode_flags",
+__all__ = ["InitFrom", "ModelConfig", "config_from_flags", "decode_overrides",
+           "define_corpus_binary_flags", "define_decode_flags",
            "define_model_dir_flags", "define_model_flags", "define_restore_flags",
-           "fine_tuning_config", "init_from_flags", "run_binary", "translator_from_flags",
-           "with_vocab_size"]
+           "fine_tuning_config", "init_from_flags", "run_binary", "translator_from_flags"]

@@ -16,7 +16,6 @@ import tensorflow as tf
 from absl import logging
 
 from tf_transformer.config import Config
-from tf_transformer.flags import with_vocab_size
 from tf_transformer.inputs import corpus, packing, pipeline, streamed, tokenizer
 from tf_transformer.model_dir import ModelDir
 from tf_transformer.training import distribution, divergence, precision, vocabularies
@@ -111,8 +110,8 @@ def train_and_evaluate(options: TrainOptions) -> TrainResult:
 def _resolved_config(config: Config, source_tok, target_tok) -> Config:
     """`config` of the vocabularies' sizes and a concrete dtype (precision.resolve)."""
     separate = source_tok is not target_tok
-    config = with_vocab_size(config, target_tok.vocab_size,
-                             source_tok.vocab_size if separate else None)
+    config = config.with_vocab_size(target_tok.vocab_size,
+                                    source_tok.vocab_size if separate else None)
     units, gpus = precision.cpu_matrix_units(), len(tf.config.list_logical_devices("GPU"))
     requested = config.train.dtype
     config = precision.resolve(config, units, gpus)
