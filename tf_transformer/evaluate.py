@@ -10,34 +10,30 @@ Decoding flags default to the model directory's config.json.
 training with --dev_data); with --average_last=N, the mean of the N best.
 """
 
-from absl import app, flags
+from absl import flags
 
 from tf_transformer import flags as flags_lib
 from tf_transformer import process_defaults
 
-flags_lib.define_restore_flags()
-flags_lib.define_decode_flags(nbest_help=None)
-flags.DEFINE_string("data", None, "Corpus spec to translate and score; required.")
+flags_lib.define_corpus_binary_flags("Corpus spec to translate and score; required.")
+flags.adopt_module_key_flags(flags_lib)
 flags.DEFINE_integer("max_sentences", 0, "Score only the first N pairs (0: all).", lower_bound=0)
 flags.DEFINE_string("hypotheses", None,
                     "Also write the translations here, one a line; default: not written.")
 flags.DEFINE_string("target_lang", "de",
                     "Moses tokenizer language for tok_bleu (the paper-style score) only.")
 flags.DEFINE_bool("progress", True, "Progress lines on stderr (sentences, sentences/s).")
-flags.adopt_module_key_flags(flags_lib)
 FLAGS = flags.FLAGS
 
 
 def main(argv):
     del argv
     process_defaults.apply()  # before TensorFlow's import
-    if not FLAGS.data:
-        raise app.UsageError("--data is required")
     from tf_transformer.cli import evaluation
     from tf_transformer.cli import streaming
     from tf_transformer.inputs import corpus
 
-    translator, decode = flags_lib.translator_from_flags()
+    translator, decode = flags_lib.translator_for_corpus()
     pairs = corpus.read_corpus(FLAGS.data)
 
     def translate_fn(translator, sources, batch_size):  # the timed pass, after the warm-up

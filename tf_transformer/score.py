@@ -20,15 +20,14 @@ files, optionally with `:reverse`. A summary line goes to stderr.
 
 import sys
 
-from absl import app, flags
+from absl import flags
 
 from tf_transformer import flags as flags_lib
 from tf_transformer import process_defaults
 
-flags_lib.define_restore_flags()
-flags_lib.define_decode_flags(nbest_help=None, search=False)
-flags.DEFINE_string("data", None, "Pairs to score (TSV, or SRC,TGT files); required.")
 flags.DEFINE_string("output", None, "Output file; default: stdout.")
+flags_lib.define_corpus_binary_flags("Pairs to score (TSV, or SRC,TGT files); required.",
+                                     search=False)
 flags.adopt_module_key_flags(flags_lib)
 FLAGS = flags.FLAGS
 
@@ -36,11 +35,9 @@ FLAGS = flags.FLAGS
 def main(argv):
     del argv
     process_defaults.apply()  # before TensorFlow's import
-    if not FLAGS.data:
-        raise app.UsageError("--data is required")
+    translator, decode = flags_lib.translator_for_corpus()
     from tf_transformer.cli import scoring
 
-    translator, decode = flags_lib.translator_from_flags()
     out = open(FLAGS.output, "w", encoding="utf-8") if FLAGS.output else sys.stdout
     try:
         totals = scoring.score_stream(translator, FLAGS.data, out, decode.batch_size)
