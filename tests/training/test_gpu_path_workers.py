@@ -29,7 +29,10 @@ from tf_transformer.training.evaluators import dev_loss_fn
 
 pytestmark = pytest.mark.slow
 
-COMMON = ["--deterministic", "--dropout=0.3", "--log_every=3", "--checkpoint_minutes=100"]
+# float32 whatever the CPU (--dtype=auto would train bfloat16 on AMX): the logged dev loss is
+# compared with a float32 evaluation of the checkpoint.
+COMMON = ["--deterministic", "--dropout=0.3", "--log_every=3", "--checkpoint_minutes=100",
+          "--dtype=float32"]
 DEV_BLEU_SENTENCES = 4
 
 
