@@ -21,6 +21,7 @@ import tensorflow as tf
 from tf_transformer.config import PAD_ID
 from tf_transformer.model import kernels
 from tf_transformer.model.transformer import Transformer
+from tf_transformer.search import prefix as prefix_lib
 from tf_transformer.search import sampling
 from tf_transformer.search.beam_search import AlignedSearchResult, BeamSearch, BeamSearchResult
 from tf_transformer.search.state import SymbolsToLogitsFn
@@ -68,37 +69,42 @@ class ModelSearch:
         return tf.minimum(source_lengths + extra_length, self.max_target_length)
 
     def beam_search(self, source_ids, alpha, extra_length, nbest: int,
-                    max_decode_length=None, alignments: bool = False) -> BeamSearch:
+                    max_decode_length=None, alignments: bool = False,
+                    prefix: prefix_lib.TargetPrefix | None = None) -> BeamSearch:
         """The settings of one search over `source_ids` (BeamSearch's arguments);
-        `alignments`: over the source's width."""
+        `alignments`: over the source's width; `prefix`: the outputs start with it."""
         width = tf.shape(source_ids)[1] if alignments else None
         return BeamSearch(self.step_fn(alignments), vocab_size=self.model.vocab_size,
                           beam_size=self.beam_size, alpha=alpha, nbest=nbest,
                           max_lengths=self.max_lengths(source_ids, extra_length),
                           max_decode_length=max_decode_length, never_ids=self.never_ids,
-                          alignment_width=width)
+                          alignment_width=width, prefix=prefix)
 
-    def run(self, source_ids, alpha, extra_length, nbest: int,
-            alignments: bool = False) -> BeamSearchResult | AlignedSearchResult:
+    def run(self, source_ids, alpha, extra_length, nbest: int, alignments: bool = False,
+            prefix: prefix_lib.TargetPrefix | None = None
+            ) -> BeamSearchResult | AlignedSearchResult:
         """One graph-mode search over the whole batch: the cache grows by chunks,
         finished sentences leave the working rows. The encoder and the memory's
         projections run on the encoding kernels (float32: Eigen's, for a new
         source width each batch). `alignments`: an AlignedSearchResult, over the
-        source's S positions."""
+        source's S positions. `prefix`: each output starts with its prefix
+        (search/prefix.py; at most max_target_length - 1 tokens)."""
         search = self.beam_search(source_ids, alpha, extra_length, nbest,
-                                  alignments=alignments)
+                                  alignments=alignments, prefix=prefix)
         cache = self.initial_cache(source_ids, search.max_decode_length, aligned=alignments)
         return search.finish(search.advance(search.start(cache)))
 
     def sample(self, source_ids, alpha, extra_length, topk, topp, temperature,
-               seed) -> BeamSearchResult:
-        """One output per source drawn by search/sampling.py (graph mode), nbest 1."""
-        max_lengths = self.max_lengths(source_ids, extra_length)
+               seed, prefix: prefix_lib.TargetPrefix | None = None) -> BeamSearchResult:
+        """One output per source drawn by search/sampling.py (graph mode), nbest 1;
+        `prefix` as run's."""
+        max_lengths = prefix_lib.raise_max_lengths(prefix,
+                                                   self.max_lengths(source_ids, extra_length))
         cache = self.initial_cache(source_ids, tf.maximum(tf.reduce_max(max_lengths), 1))
         return sampling.sample(self.step_fn(), cache, vocab_size=self.model.vocab_size,
                                max_lengths=max_lengths, seed=seed, topk=topk, topp=topp,
                                temperature=temperature, alpha=alpha,
-                               never_ids=self.never_ids)
+                               never_ids=self.never_ids, prefix=prefix)
 
     def initial_cache(self, source_ids, positions, aligned: bool = False):
         """The batch's decoding cache for `positions` steps: encoded and projected on

@@ -42,6 +42,7 @@ import tensorflow as tf
 
 from tf_transformer.config import BOS_ID, EOS_ID, PAD_ID
 from tf_transformer.search import alignment, live_rows
+from tf_transformer.search import prefix as prefix_lib
 from tf_transformer.search.beam_step import length_penalty, search_step  # noqa: F401 (the API)
 from tf_transformer.search.state import (  # noqa: F401 (BeamCache: the protocol)
     NEG_INF, BeamCache, BeamState, Cache, SearchConfig, SymbolsToLogitsFn, empty_results)
@@ -116,6 +117,8 @@ class BeamSearch:
       alignment_width: S, to keep alignments (search/alignment.py):
         symbols_to_logits_fn then returns (logits, cache, attention float32
         [batch * beam, S]) and `finish` an AlignedSearchResult. None: off.
+      prefix: a search/prefix.py TargetPrefix: each sentence's outputs start with its
+        prefix tokens (its max_length raised to the prefix's length + 1). None: free.
     """
 
     def __init__(self, symbols_to_logits_fn: SymbolsToLogitsFn, *, vocab_size: int,
@@ -123,14 +126,14 @@ class BeamSearch:
                  eos_id: int = EOS_ID, bos_id: int = BOS_ID, nbest: int = 1,
                  batch_size: int | None = None, max_decode_length: int | None = None,
                  shrink: bool | None = None, never_ids: tuple[int, ...] = (),
-                 alignment_width=None):
+                 alignment_width=None, prefix: prefix_lib.TargetPrefix | None = None):
         if beam_size < 1:
             raise ValueError(f"beam_size must be >= 1, got {beam_size}")
         if not 1 <= nbest <= beam_size:
             raise ValueError(f"nbest must be in [1, beam_size={beam_size}], got {nbest}")
         if vocab_size <= max(PAD_ID, bos_id, eos_id):
             raise ValueError(f"vocab_size={vocab_size} does not cover the special ids")
-        max_lengths = tf.cast(max_lengths, tf.int32)
+        max_lengths = prefix_lib.raise_max_lengths(prefix, tf.cast(max_lengths, tf.int32))
         if batch_size is None:
             batch_size = max_lengths.shape[0]
             if batch_size is None:
@@ -143,7 +146,7 @@ class BeamSearch:
         self.config = SearchConfig(symbols_to_logits_fn, vocab_size, beam_size,
                                    tf.cast(alpha, tf.float32), max_lengths, eos_id, bos_id,
                                    nbest, tuple(int(i) for i in never_ids),
-                                   alignment_width)
+                                   alignment_width, prefix)
 
     def start(self, initial_cache: Cache) -> BeamState:
         """The state after the first step: before it, one alive hypothesis (BOS) per

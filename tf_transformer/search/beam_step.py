@@ -38,6 +38,7 @@ import tensorflow as tf
 
 from tf_transformer.config import PAD_ID
 from tf_transformer.search import alignment, live_rows
+from tf_transformer.search import prefix as prefix_lib
 from tf_transformer.search.state import NEG_INF, BeamState, SearchConfig
 from tf_transformer.search.top_k import chunked_top_k
 
@@ -121,7 +122,9 @@ def _grow_alive(config: SearchConfig, state: BeamState, first: bool = False):
     never = tf.logical_or(tf.range(vocab) == PAD_ID, tf.range(vocab) == config.bos_id)
     for token in config.never_ids:  # <unk> under a byte-fallback vocabulary
         never = tf.logical_or(never, tf.range(vocab) == token)
-    log_probs = tf.where(never, NEG_INF, tf.reshape(log_probs, [-1, beam, vocab]))
+    model_log_probs = tf.reshape(log_probs, [-1, beam, vocab])
+    log_probs = prefix_lib.force(config.prefix, tf.where(never, NEG_INF, model_log_probs),
+                                 model_log_probs, state.sentence, state.step)
     candidates = state.alive_log_probs[:, :, tf.newaxis] + log_probs  # [batch, beam, vocab]
     # tf.math.top_k's result, ties included, without sorting beam * vocab candidates.
     top_log_probs, top_index = chunked_top_k(tf.reshape(candidates, [-1, beam * vocab]), beam)

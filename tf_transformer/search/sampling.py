@@ -22,13 +22,14 @@ the working rows (live_rows.py) exactly as a beam-1 search's would.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import tensorflow as tf
 
 from tf_transformer.config import BOS_ID, EOS_ID, PAD_ID
 from tf_transformer.search import live_rows
+from tf_transformer.search import prefix as prefix_lib
 from tf_transformer.search.beam_search import BeamSearchResult
 from tf_transformer.search.beam_step import length_penalty
 from tf_transformer.search.state import (NEG_INF, BeamState, Cache, SymbolsToLogitsFn,
@@ -48,6 +49,7 @@ class SamplingConfig(NamedTuple):
     eos_id: int
     bos_id: int
     never_ids: tuple[int, ...] = ()  # never drawn, besides PAD and BOS
+    prefix: Any = None  # search/prefix.py's TargetPrefix, or None
 
 
 def filter_logits(log_probs: tf.Tensor, topk, topp, temperature) -> tf.Tensor:
@@ -102,7 +104,8 @@ def draw(log_probs: tf.Tensor, config: SamplingConfig, step, sentence: tf.Tensor
 def sample(symbols_to_logits_fn: SymbolsToLogitsFn, initial_cache: Cache, *, vocab_size: int,
            max_lengths: tf.Tensor, seed, topk=0, topp=0.0, temperature=1.0,
            alpha: float | tf.Tensor = 0.6, eos_id: int = EOS_ID, bos_id: int = BOS_ID,
-           shrink: bool = True, never_ids: tuple[int, ...] = ()) -> BeamSearchResult:
+           shrink: bool = True, never_ids: tuple[int, ...] = (),
+           prefix: prefix_lib.TargetPrefix | None = None) -> BeamSearchResult:
     """Draws one output per sentence (module docstring).
 
     Args:
@@ -114,14 +117,15 @@ def sample(symbols_to_logits_fn: SymbolsToLogitsFn, initial_cache: Cache, *, voc
       shrink: finished sentences leave the working rows (the cache must then
         compact: live_rows.can_compact).
       never_ids: more token ids never drawn, as BeamSearch's.
+      prefix: outputs forced to start with it (search/prefix.py), as BeamSearch's.
     Returns:
       BeamSearchResult with nbest 1: ids [batch, 1, max(max_lengths)] (EOS where
       drawn, PAD after), scores [batch, 1] (log P / lp(length)), lengths [batch, 1].
     """
     config = SamplingConfig(symbols_to_logits_fn, vocab_size, tf.cast(alpha, tf.float32), topk,
                             topp, temperature, seed, eos_id, bos_id,
-                            tuple(int(i) for i in never_ids))
-    max_lengths = tf.maximum(tf.cast(max_lengths, tf.int32), 1)
+                            tuple(int(i) for i in never_ids), prefix)
+    max_lengths = prefix_lib.raise_max_lengths(prefix, tf.maximum(tf.cast(max_lengths, tf.int32), 1))
     batch = tf.shape(max_lengths)[0]
     width = tf.maximum(tf.reduce_max(max_lengths), 1) + 1  # an empty batch too
     row = tf.where(tf.range(width) == 0, bos_id, PAD_ID)
@@ -162,7 +166,8 @@ def sampling_step(config: SamplingConfig, state: BeamState, shrink: bool) -> Bea
     never = tf.logical_or(vocab == PAD_ID, vocab == config.bos_id)
     for token in config.never_ids:  # <unk> under a byte-fallback vocabulary
         never = tf.logical_or(never, vocab == token)
-    log_probs = tf.where(never, NEG_INF, log_probs)
+    log_probs = prefix_lib.force(config.prefix, tf.where(never, NEG_INF, log_probs), log_probs,
+                                 state.sentence, state.step)
     tokens = draw(log_probs, config, state.step, state.sentence,
                   tf.shape(state.results.scores)[0])
     log_prob = state.alive_log_probs[:, 0] + tf.gather(log_probs, tokens, batch_dims=1)

@@ -86,3 +86,5 @@ class SearchConfig(NamedTuple):
     # S, the source length the model's step attention spans, to keep alignments
     # (search/alignment.py); None: none kept, and symbols_to_logits_fn returns 2 values.
     alignment_width: Any = None
+    # search/prefix.py's TargetPrefix: outputs forced to start with it; None: free.
+    prefix: Any = None
