@@ -19,7 +19,9 @@ them for the same input and batch size). --with_alignments=hard|soft appends
 target token j, SentencePiece tokens from 0), soft as the matrix (per target token,
 comma-separated weights over the source tokens and EOS; tokens separated by
 spaces). --replace_unknown_target replaces each <unk> of the output by the source
-text it aligns to.
+text it aligns to. --target_prefix=FILE (one line per input line, an empty line for
+none) makes each output start with its prefix, the search (beam or sampling) going on
+from there: interactive translation, or a forced target-language tag.
 """
 
 import sys
@@ -56,6 +58,10 @@ flags.DEFINE_enum("with_alignments", None, ["hard", "soft"],
                   "matrix); default: none.")
 flags.DEFINE_bool("replace_unknown_target", False,
                   "Replace each <unk> of the output by the source text it aligns to.")
+flags.DEFINE_string("target_prefix", None,
+                    "A file of target prefixes, one per input line (an empty line: none): "
+                    "each output starts with its prefix, then the search goes on freely "
+                    "(beam or sampling); default: none.")
 flags.adopt_module_key_flags(flags_lib)
 FLAGS = flags.FLAGS
 SAMPLING_FLAGS = ("sampling_topk", "sampling_topp", "sampling_temperature")
@@ -69,6 +75,10 @@ def main(argv):
                      or FLAGS.replace_unknown_target):  # refused before TensorFlow's import
         raise app.UsageError("sampling draws one output: no --nbest, --with_alignments or "
                              "--replace_unknown_target")
+    if FLAGS.target_prefix and (FLAGS.nbest is not None or FLAGS.with_alignments
+                                or FLAGS.replace_unknown_target):
+        raise app.UsageError("--target_prefix gives the best output: no --nbest, "
+                             "--with_alignments or --replace_unknown_target")
     from tf_transformer.cli import decoders, streaming
 
     translator, decode = flags_lib.translator_from_flags()
@@ -83,17 +93,19 @@ def main(argv):
     show_progress = FLAGS.progress if FLAGS.progress is not None else bool(FLAGS.input)
     progress = streaming.Progress("translate") if show_progress else None
     source = open(FLAGS.input, "rb") if FLAGS.input else sys.stdin.buffer
+    prefixes = open(FLAGS.target_prefix, "rb") if FLAGS.target_prefix else None
     out = open(FLAGS.output, "w", encoding="utf-8") if FLAGS.output else sys.stdout
     try:
         summary = streaming.translate_stream(
             translator, source, out, batch_size=decode.batch_size, chunk_size=FLAGS.chunk_size,
             nbest=FLAGS.nbest is not None, progress=progress, decode_batch=decode_batch,
-            alignment_format=FLAGS.with_alignments)
+            alignment_format=FLAGS.with_alignments, prefix_source=prefixes)
+    except streaming.PrefixLinesError as error:
+        raise app.UsageError(f"--target_prefix={FLAGS.target_prefix}: {error}") from None
     finally:
-        if source is not sys.stdin.buffer:
-            source.close()
-        if out is not sys.stdout:
-            out.close()
+        for stream in (source, prefixes, out):
+            if stream not in (None, sys.stdin.buffer, sys.stdout):
+                stream.close()
     if progress:
         progress.finish()
     if FLAGS.plot_attention and summary.first_line is not None:

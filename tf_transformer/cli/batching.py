@@ -34,18 +34,22 @@ class Translation:
     target_tokens: list[int] | None = None
 
 
-# text [B] -> {"translations" [B, n] strings, "scores", "lengths" [B, n], and optionally
-# "alignments" [B, n, T, S], "target_tokens" [B, n], "source_lengths" [B]}: what
-# translate_sentences runs per batch.
-DecodeBatch = Callable[[tf.Tensor], dict]
+# (text [B], and with target prefixes prefix [B]) -> {"translations" [B, n] strings,
+# "scores", "lengths" [B, n], and optionally "alignments" [B, n, T, S], "target_tokens"
+# [B, n], "source_lengths" [B]}: what translate_sentences runs per batch.
+DecodeBatch = Callable[..., dict]
 
 
 def beam_batches(translator: Translator, nbest: bool = False) -> DecodeBatch:
-    """The beam search's best (translate) or n-best (translate_nbest) per batch."""
-    def decode(text: tf.Tensor) -> dict:
+    """The beam search's best (translate) or n-best (translate_nbest) per batch; given
+    target prefixes, the best continuing each (translate_with_prefix)."""
+    def decode(text: tf.Tensor, prefix: tf.Tensor | None = None) -> dict:
         if nbest:
             return translator.translate_nbest(text)
-        out = translator.translate(text)
+        if prefix is not None:
+            out = translator.translate_with_prefix(text, prefix)
+        else:
+            out = translator.translate(text)
         return {"translations": out["translation"][:, None], "scores": out["score"][:, None],
                 "lengths": out["length"][:, None]}
     return decode
@@ -64,7 +68,8 @@ def _source_token_counts(translator: Translator, sentences: Sequence[str]) -> np
 def translate_sentences(translator: Translator, sentences: Sequence[str],
                         batch_size: int = 32, nbest: bool = False,
                         decode_batch: DecodeBatch | None = None,
-                        on_batch: Callable[[int], None] | None = None) -> list[Translation]:
+                        on_batch: Callable[[int], None] | None = None,
+                        prefixes: Sequence[str] | None = None) -> list[Translation]:
     """Translates a list of sentences in batches sorted by length; results in input order.
 
     Sorting by token count keeps each batch's padding and its slowest
@@ -72,6 +77,7 @@ def translate_sentences(translator: Translator, sentences: Sequence[str],
     sentence is done). With `nbest`, each result holds translator.nbest hypotheses.
     `decode_batch` replaces the beam search's batches (default: beam_batches).
     `on_batch(sentences)` is called after each batch (progress lines), shortest first.
+    `prefixes` (one per sentence, "" for none): each output continues its target prefix.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -81,8 +87,10 @@ def translate_sentences(translator: Translator, sentences: Sequence[str],
     results: list[Translation | None] = [None] * len(sentences)
     for start in range(0, len(order), batch_size):
         index = order[start:start + batch_size]
-        out = {k: v.numpy() for k, v in
-               decode_batch(tf.constant([sentences[i] for i in index], tf.string)).items()}
+        batch = [tf.constant([sentences[i] for i in index], tf.string)]
+        if prefixes is not None:
+            batch.append(tf.constant([prefixes[i] for i in index], tf.string))
+        out = {k: v.numpy() for k, v in decode_batch(*batch).items()}
         for row, i in enumerate(index):
             results[i] = _translation(out, row, int(source_tokens[i]))
         if on_batch is not None:

@@ -29,10 +29,14 @@ def batch_seed(seed: int, texts: list[bytes]) -> int:
 
 def sampling(translator: Translator, topk: int, topp: float, temperature: float,
              seed: int) -> DecodeBatch:
-    """One output drawn per sentence (Translator.sample), each batch seeded by batch_seed."""
-    def decode(text: tf.Tensor) -> dict:
+    """One output drawn per sentence (Translator.sample; given target prefixes,
+    sample_with_prefix), each batch seeded by batch_seed."""
+    def decode(text: tf.Tensor, prefix: tf.Tensor | None = None) -> dict:
         batch = tf.constant(batch_seed(seed, list(text.numpy())), tf.int64)
-        out = translator.sample(text, topk, topp, temperature, batch)
+        if prefix is not None:
+            out = translator.sample_with_prefix(text, prefix, topk, topp, temperature, batch)
+        else:
+            out = translator.sample(text, topk, topp, temperature, batch)
         return {"translations": out["translation"][:, None], "scores": out["score"][:, None],
                 "lengths": out["length"][:, None]}
     return decode

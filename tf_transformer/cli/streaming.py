@@ -10,7 +10,8 @@ UTF-8 decoded as U+FFFD. Bad lines never stop a run; each kind (invalid UTF-8,
 empty, over-long) is counted over the whole stream and logged once at the end.
 
 Each batch runs the beam search (cli/batching.py: beam_batches), or another
-`decode_batch` (cli/decoders.py: sampling, alignments); with an alignment format
+`decode_batch` (cli/decoders.py: sampling, alignments), given target prefixes each
+output continuing its line's prefix (a second stream, line for line); with an alignment format
 (cli/alignments.py) each output line ends in a TAB and its alignment.
 """
 
@@ -103,21 +104,39 @@ class Progress:
 
 def translate_sorted(translator: Translator, sentences: list[str], batch_size: int,
                      nbest: bool = False, progress: Progress | None = None,
-                     decode_batch: DecodeBatch | None = None) -> list[Translation]:
+                     decode_batch: DecodeBatch | None = None,
+                     prefixes: list[str] | None = None) -> list[Translation]:
     """translate_sentences (one sort, shortest sources first), reporting each batch to `progress`."""
     return translate_sentences(translator, sentences, batch_size, nbest, decode_batch,
-                               on_batch=progress.add if progress is not None else None)
+                               on_batch=progress.add if progress is not None else None,
+                               prefixes=prefixes)
+
+
+class PrefixLinesError(ValueError):
+    """The target prefixes' lines do not pair one to one with the input's."""
 
 
 def translate_chunks(translator: Translator, sentences: Iterable[str], chunk_size: int,
                      batch_size: int, nbest: bool = False, progress: Progress | None = None,
-                     decode_batch: DecodeBatch | None = None) -> Iterator[list[Translation]]:
-    """Each chunk of `chunk_size` sentences (the last may be shorter), translated, in order."""
+                     decode_batch: DecodeBatch | None = None,
+                     prefixes: Iterable[str] | None = None) -> Iterator[list[Translation]]:
+    """Each chunk of `chunk_size` sentences (the last may be shorter), translated, in order;
+    `prefixes`: one target prefix per sentence, taken along."""
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
     sentences = iter(sentences)
+    prefixes = None if prefixes is None else iter(prefixes)
+    read = 0
     while chunk := list(itertools.islice(sentences, chunk_size)):
-        yield translate_sorted(translator, chunk, batch_size, nbest, progress, decode_batch)
+        chunk_prefixes = None if prefixes is None else list(itertools.islice(prefixes, len(chunk)))
+        if chunk_prefixes is not None and len(chunk_prefixes) < len(chunk):
+            raise PrefixLinesError(f"the target prefixes end after {read + len(chunk_prefixes)} "
+                                   "lines, before the input")
+        read += len(chunk)
+        yield translate_sorted(translator, chunk, batch_size, nbest, progress, decode_batch,
+                               chunk_prefixes)
+    if prefixes is not None and next(prefixes, None) is not None:
+        raise PrefixLinesError(f"the target prefixes have more lines than the input ({read})")
 
 
 class StreamSummary(NamedTuple):
@@ -128,7 +147,8 @@ class StreamSummary(NamedTuple):
 def translate_stream(translator: Translator, source: BinaryIO, out: TextIO, *,
                      batch_size: int, chunk_size: int, nbest: bool = False,
                      progress: Progress | None = None, decode_batch: DecodeBatch | None = None,
-                     alignment_format: str | None = None) -> StreamSummary:
+                     alignment_format: str | None = None,
+                     prefix_source: BinaryIO | None = None) -> StreamSummary:
     """Translates `source` line by line into `out`.
 
     One output line per input line, or with `nbest` translator.nbest lines
@@ -136,7 +156,8 @@ def translate_stream(translator: Translator, source: BinaryIO, out: TextIO, *,
     `alignment_format` ("hard" or "soft": cli/alignments.py; `decode_batch` must
     give alignments) each line then ends in `<TAB>alignment` (TABs in the text
     become spaces). Output is flushed after each chunk. Warnings for bad lines are
-    logged at the end.
+    logged at the end. `prefix_source`: one target prefix per input line ("" for none),
+    each output continuing its prefix (PrefixLinesError when the lines do not pair up).
     """
     replaced = LineIssue("invalid UTF-8 bytes replaced by U+FFFD")
     empty = LineIssue("empty, translated as empty")
@@ -155,8 +176,9 @@ def translate_stream(translator: Translator, source: BinaryIO, out: TextIO, *,
             yield text
 
     n = 0
+    prefixes = None if prefix_source is None else (text for text, _ in read_lines(prefix_source))
     for chunk in translate_chunks(translator, lines(), chunk_size, batch_size, nbest, progress,
-                                  decode_batch):
+                                  decode_batch, prefixes):
         for result in chunk:
             if result.source_tokens > limit:
                 truncated.add(n)

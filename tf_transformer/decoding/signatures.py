@@ -14,6 +14,8 @@ EXTRA = tf.TensorSpec([], tf.int32, name="extra_length")  # max output = source 
 SOURCE = tf.TensorSpec([None], tf.string, name="source")  # [B] UTF-8 sources
 TARGET = tf.TensorSpec([None], tf.string, name="target")  # [B] UTF-8 targets
 TARGET_IDS = tf.TensorSpec([None, None], tf.int32, name="target_ids")  # [B, T]
+# Target prefixes: [B] UTF-8 starts of the outputs, "" for none (search/prefix.py).
+PREFIX = tf.TensorSpec([None], tf.string, name="prefix")
 # Sampling settings; zero or negative: off (top-k, top-p) or the default (temperature 1).
 TOPK = tf.TensorSpec([], tf.int32, name="sampling_topk")
 TOPP = tf.TensorSpec([], tf.float32, name="sampling_topp")

@@ -14,9 +14,8 @@ was trained on. Invalid UTF-8 needs no sanitising: the SentencePiece op maps
 each invalid byte run to <unk> (see tokenizer.py). An input with no tokens
 (empty or whitespace only) translates to "" with score 0.
 
-Target side: at most `source_length + extra_length` tokens, EOS included
-(source_length counts the source's tokens, EOS included), capped at the model's
-`max_positions` so decoding positions stay inside a learned position table.
+Target side: at most `source_length + extra_length` tokens, EOS included (source
+tokens with EOS), capped at the model's `max_positions` (a learned position table).
 With a target vocabulary with byte fallback, the search never generates <unk>
 (as it never generates PAD or BOS): every character has pieces, so <unk> is
 never a correct output, and it would detokenize to " ⁇ ".
@@ -40,8 +39,9 @@ the same either way.
 Beside the beam search: `score` (log P(y | x) of given pairs, teacher-forced:
 scoring.py), `sample` (one output drawn per input: search/sampling.py) and
 `translate_with_alignments` (the search with its alignments, <unk> replaced by
-aligned source text: alignments.py). These run one graph-mode search whatever
-`jit_compile` and `parallel_searches` say.
+aligned source text: alignments.py), `translate_with_prefix` and `sample_with_prefix`
+(outputs that continue given target prefixes: search/prefix.py). These run one
+graph-mode search whatever `jit_compile` and `parallel_searches` say.
 """
 
 from __future__ import annotations
@@ -60,11 +60,11 @@ from tf_transformer.inputs.tokenizer import Tokenizer, TokenizerPair
 from tf_transformer.model import kernels
 from tf_transformer.model.transformer import Transformer
 from tf_transformer.model_dir import ModelDir, load_model
+from tf_transformer.search import prefix as prefix_lib
 from tf_transformer.search.beam_search import BeamSearchResult
 from tf_transformer.search.state import SymbolsToLogitsFn
 
-# Sub-batches of fewer sentences cost more than the idle time they fill
-# (4 searches of 8 at batch 32 were slower than one of 32; BUILD.md, performance decisions).
+# Smaller sub-batches cost more than the idle time they fill (BUILD.md, performance decisions).
 MIN_SENTENCES_PER_SEARCH = 8
 # The search's inputs once alpha and extra_length are resolved (no -1 defaults).
 _SEARCH_INPUTS = [signatures.IDS, tf.TensorSpec([], tf.float32), tf.TensorSpec([], tf.int32)]
@@ -218,8 +218,7 @@ class Translator(tf.Module):
         return self._loops.get(str(nbest), functools.partial(self._search, nbest=nbest))
 
     def _search(self, source_ids, alpha, extra_length, nbest) -> BeamSearchResult:
-        """One graph-mode search over the whole batch."""
-        return self.model_search.run(source_ids, alpha, extra_length, nbest)
+        return self.model_search.run(source_ids, alpha, extra_length, nbest)  # graph mode
 
     def max_lengths(self, source_ids, extra_length) -> tf.Tensor:
         """int32 [batch]: each source's token count + extra_length, capped (module docstring)."""
@@ -270,14 +269,42 @@ class Translator(tf.Module):
         gives them: {"translation", "score" (log P / lp), "length"} [B] each. Top-k off
         at <= 0, top-p off outside (0, 1), temperature 1 at <= 0; the same seed and
         batch give the same outputs."""
+        return self._sample(text, sampling_topk, sampling_topp, sampling_temperature, seed)
+
+    def _sample(self, text, sampling_topk, sampling_topp, sampling_temperature, seed,
+                prefix: prefix_lib.TargetPrefix | None = None) -> dict:
         tokens = self.tokenizer.tokenize(text)
         temperature = tf.cast(sampling_temperature, tf.float32)
         result = self.model_search.sample(
             self._source_ids(tokens), tf.constant(self.alpha, tf.float32),
             tf.constant(self.extra_length), sampling_topk, sampling_topp,
-            tf.where(temperature > 0.0, temperature, 1.0), seed)
+            tf.where(temperature > 0.0, temperature, 1.0), seed, prefix)
         strings, scores, lengths = self._texts(tokens, result, nbest=1)
         return {"translation": strings[:, 0], "score": scores[:, 0], "length": lengths[:, 0]}
+
+    @tf.function(autograph=False, input_signature=[signatures.TEXT, signatures.PREFIX,
+                                                   signatures.ALPHA, signatures.EXTRA])
+    def translate_with_prefix(self, text: tf.Tensor, prefix: tf.Tensor, alpha=-1.0,
+                              extra_length=-1) -> dict:
+        """`translate`'s outputs, each output starting with its `prefix` [B] (target text, ""
+        for none; search/prefix.py): the prefix's pieces forced, then the free search."""
+        tokens = self.tokenizer.tokenize(text)
+        result = self.model_search.run(self._source_ids(tokens), self._alpha(alpha),
+                                       self._extra(extra_length), 1, prefix=self._prefix(prefix))
+        strings, scores, lengths = self._texts(tokens, result, nbest=1)
+        return {"translation": strings[:, 0], "score": scores[:, 0], "length": lengths[:, 0]}
+
+    @tf.function(autograph=False, input_signature=[signatures.TEXT, signatures.PREFIX, signatures.TOPK,
+                                                   signatures.TOPP, signatures.TEMPERATURE, signatures.SEED])
+    def sample_with_prefix(self, text: tf.Tensor, prefix: tf.Tensor, sampling_topk=0,
+                           sampling_topp=0.0, sampling_temperature=0.0, seed=0) -> dict:
+        """`sample`'s outputs, each output starting with its `prefix` (translate_with_prefix's)."""
+        return self._sample(text, sampling_topk, sampling_topp, sampling_temperature, seed,
+                            self._prefix(prefix))
+
+    def _prefix(self, prefix: tf.Tensor) -> prefix_lib.TargetPrefix:
+        tokens = self.target_tokenizer.tokenize(prefix)[:, :self.max_target_length - 1]  # + EOS
+        return prefix_lib.from_ids(tokens.to_tensor(default_value=PAD_ID))
 
     @tf.function(autograph=False, input_signature=[signatures.TEXT, signatures.ALPHA, signatures.EXTRA])
     def translate_with_alignments(self, text: tf.Tensor, alpha=-1.0, extra_length=-1) -> dict:
