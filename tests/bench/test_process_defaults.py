@@ -11,9 +11,9 @@ from test_imports import BENCH, bench_modules
 TENSORFLOW_FREE = {"tf_transformer", "tf_transformer.config", "tf_transformer.presets",
                    "tf_transformer.process_defaults"}
 # Where each bench that runs TensorFlow for a figure applies the defaults. decode_peer.py
-# and ab_exports.py load exports as a server does (and run in the peers' venvs), in the
-# environment they are given.
-APPLIED_IN = {"train_throughput.py": "main", "decode.py": "main", "serving_latency.py": "main",
+# and ab_exports.py load exports as a server does (and run in the peers' venvs), and
+# serving_soak.py as an app does, in the environment they are given.
+APPLIED_IN = {"train_throughput.py": "main", "decode.py": "main",
               "host_overhead.py": "main", "compare/trainings.py": "matmul_peak_process"}
 
 
