@@ -42,6 +42,16 @@ def concat_batches(a, b):
     return {k: np.concatenate([a[k], b[k]]) for k in a}
 
 
+def without_autotune(dataset):
+    """`dataset` without tf.data's autotuning, which has nothing to tune in a dataset of
+    constant batches: its model thread waits out its optimization period (seconds,
+    growing with the iterator's age up to a minute) when the iterator is deleted, so a
+    dropped trainer (a module fixture's at teardown) could hold a test that long."""
+    options = tf.data.Options()
+    options.autotune.enabled = False
+    return dataset.with_options(options)
+
+
 def dataset_of(batches):
     """A repeating dataset of the given batches (tf.data can save its position)."""
     def for_start(start_step):
@@ -51,7 +61,7 @@ def dataset_of(batches):
             ds = tf.data.Dataset.from_tensors(batches[0])
             for batch in batches[1:]:
                 ds = ds.concatenate(tf.data.Dataset.from_tensors(batch))
-            return ds.repeat()
+            return without_autotune(ds.repeat())
         return fn
     return for_start
 
