@@ -32,6 +32,21 @@ def _trainer(tmp_path, name, model=DROPOUT, strategy=None, gather=None, **train)
                    step_policy=policy)
 
 
+@pytest.fixture(scope="module")
+def rdrop_trainer(tmp_path_factory):
+    """R-Drop (alpha 5) with dropout, CPU's gathered rows: read by the tests below, never
+    trained (a trainer's model and optimizer take a second to build)."""
+    return _trainer(tmp_path_factory.mktemp("rdrop"), "run", rdrop_alpha=5.0)
+
+
+@pytest.fixture(scope="module")
+def jit_rdrop_trainer(tmp_path_factory):
+    """The same under --jit_compile: its compiled forward and backward pass is traced once
+    for the two tests that use it (seconds each); only one of them trains it."""
+    return _trainer(tmp_path_factory.mktemp("jit_rdrop"), "run", rdrop_alpha=5.0,
+                    jit_compile=True)
+
+
 def _batch(seed=3):
     return {k: tf.constant(v) for k, v in pad_batch(random_batch(seed, 4, 6), 9).items()}
 
@@ -123,8 +138,9 @@ def test_without_dropout_both_passes_are_equal_and_add_nothing(tmp_path):
     step: the same loss sum (the reported loss is the mean of the two passes' CE, hence
     one pass's), tokens and gradients, and the same progress lines' losses."""
     batch = _batch()
-    plain, rdrop = (_trainer(tmp_path, name, MODEL, rdrop_alpha=alpha).train_step
-                    for name, alpha in (("plain", 0.0), ("rdrop", 5.0)))
+    trainers = [_trainer(tmp_path, f"run{alpha}", MODEL, rdrop_alpha=alpha)
+                for alpha in (0.0, 5.0)]
+    plain, rdrop = (trainer.train_step for trainer in trainers)
     objective, loss_sum, tokens = rdrop.objective_sums(batch, KEY)
     want_loss, want_tokens = plain.loss_sums(batch, KEY)
     assert float(tokens) == float(want_tokens)
@@ -133,15 +149,14 @@ def test_without_dropout_both_passes_are_equal_and_add_nothing(tmp_path):
     for got, want in zip(rdrop.grads(batch, KEY)[0], plain.grads(batch, KEY)[0], strict=True):
         np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-4, atol=1e-6)
     batches = [b for pair in STEPS for b in pair]
-    runs = [_losses_of_run(_trainer(tmp_path, f"run{alpha}", MODEL, rdrop_alpha=alpha),
-                           batches, 2) for alpha in (0.0, 5.0)]
+    runs = [_losses_of_run(trainer, batches, 2) for trainer in trainers]  # not trained above
     np.testing.assert_allclose(runs[1], runs[0], rtol=1e-5)
 
 
-def test_the_two_halves_draw_independent_masks_from_one_key(tmp_path):
+def test_the_two_halves_draw_independent_masks_from_one_key(rdrop_trainer):
     """The doubled rows' halves get different masks (else the divergence would be 0),
     the same ones again for the same key (resume stays exact), others for another key."""
-    step = _trainer(tmp_path, "run", rdrop_alpha=5.0).train_step
+    step = rdrop_trainer.train_step
     batch = _batch()
     inputs = {k: tf.concat([v, v], 0) for k, v in batch.items() if k != "target_out"}
     first, second = tf.split(step.model.states(inputs, training=True, dropout_key=KEY), 2)
@@ -153,13 +168,14 @@ def test_the_two_halves_draw_independent_masks_from_one_key(tmp_path):
     assert float(step.rdrop_sums(batch, KEY + 1)[0]) != float(objective)
 
 
-def test_gathered_rows_compare_each_position_with_itself(tmp_path):
+def test_gathered_rows_compare_each_position_with_itself(tmp_path, rdrop_trainer):
     """The CPU path's gathered non-pad rows give the full masked computation's objective,
     loss and gradients: each half's rows pair with the other half's same positions."""
     batch = _batch(5)
+    assert rdrop_trainer.step_policy.gather_targets  # CPU's default
     results = []
-    for gather in (True, False):
-        step = _trainer(tmp_path, f"gather{gather}", rdrop_alpha=5.0, gather=gather).train_step
+    for step in (rdrop_trainer.train_step,
+                 _trainer(tmp_path, "full", rdrop_alpha=5.0, gather=False).train_step):
         results.append((step.objective_sums(batch, KEY), step.grads(batch, KEY)[0]))
     (sums_gathered, grads_gathered), (sums_full, grads_full) = results
     np.testing.assert_allclose([float(x) for x in sums_gathered],
@@ -179,7 +195,7 @@ def test_accumulation_on_two_replicas_trains_with_a_finite_loss(tmp_path):
                for a, v in zip(before, trainer.model.trainable_variables))
 
 
-def test_jit_compiled_gradients_carry_the_divergence(tmp_path):
+def test_jit_compiled_gradients_carry_the_divergence(tmp_path, jit_rdrop_trainer):
     """--jit_compile's forward and backward (ReplicaGrads) equal the plain step's with
     R-Drop on and dropout 0 (XLA's random numbers differ from TensorFlow's kernels');
     with dropout the compiled loss is the same for any alpha > 0 (the same two passes)
@@ -193,9 +209,11 @@ def test_jit_compiled_gradients_carry_the_divergence(tmp_path):
     np.testing.assert_allclose(float(got[1]), float(want[1]), rtol=1e-5)
     for g, w in zip(got[0], want[0], strict=True):
         np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=1e-4, atol=1e-5)
+    small = _trainer(tmp_path, "a0.001", rdrop_alpha=1e-3, jit_compile=True)
+    for weight, shared in zip(small.model.weights, jit_rdrop_trainer.model.weights, strict=True):
+        weight.assign(shared)  # the same weights, whether or not the shared trainer has trained
     compiled = []
-    for alpha in (5.0, 1e-3):
-        step = _trainer(tmp_path, f"a{alpha}", rdrop_alpha=alpha, jit_compile=True).train_step
+    for step in (jit_rdrop_trainer.train_step, small.train_step):
         step.prepare(spec)
         compiled.append(step.replica_grads(batch, KEY))
     assert float(compiled[0][1]) == float(compiled[1][1])
@@ -204,9 +222,12 @@ def test_jit_compiled_gradients_carry_the_divergence(tmp_path):
 
 
 @pytest.mark.parametrize("compiled", ["jit_compile", "compile_step"])
-def test_compiled_paths_train_with_a_finite_loss(tmp_path, compiled):
-    trainer = _trainer(tmp_path, "run", rdrop_alpha=5.0, **{compiled: True})
-    run_losses = _losses_of_run(trainer, [b for pair in STEPS for b in pair], 1)
+def test_compiled_paths_train_with_a_finite_loss(tmp_path, request, compiled):
+    trainer = (request.getfixturevalue("jit_rdrop_trainer") if compiled == "jit_compile"
+               else _trainer(tmp_path, "run", rdrop_alpha=5.0, compile_step=True))
+    assert trainer.step == 0
+    # The batch of the test above: its XLA compilation of this shape serves here too.
+    run_losses = _losses_of_run(trainer, [{k: v.numpy() for k, v in _batch().items()}], 1)
     assert np.isfinite(run_losses[0])
 
 
