@@ -26,8 +26,14 @@ from tf_transformer.model_dir import ModelDir
 
 SERVING_DIR = os.path.join(REPO_ROOT, "export", "serving")
 PYTHON = sys.executable
-DECODE_FLAGS = ["--beam_size=2", "--extra_length=6"]
-DECODE = DecodeConfig(beam_size=2, extra_length=6, nbest=2)
+# One search per batch (--parallel_searches=1): a signature's graph calls its search function
+# once, not three times (the tf.cond between one search and the two parallel parts, each
+# call inlined when the graph is optimised), so every first call of a signature (its graph optimised and instantiated: in
+# tf.saved_model.load, a clean process, the C client, TF Serving's session loader,
+# saved_model_cli) and the Translator's traces cost about a third. The bfloat16 export
+# (conftest.py's `bf16_exported`) keeps the default, parallel searches.
+DECODE_FLAGS = ["--beam_size=2", "--extra_length=6", "--parallel_searches=1"]
+DECODE = DecodeConfig(beam_size=2, extra_length=6, nbest=2, parallel_searches=1)
 SIGNATURE_SPECS = {  # name -> (inputs, outputs): {name: (dtype, shape)}
     "serving_default": ({"text": (tf.string, [None])},
                         {"translation": (tf.string, [None]), "score": (tf.float32, [None])}),

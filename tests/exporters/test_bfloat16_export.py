@@ -30,13 +30,6 @@ def bf16_translator(model_dir):
     return Translator.from_model_dir(ModelDir(model_dir), decode_config=BF16, average_last=2)
 
 
-@pytest.fixture(scope="module")
-def bf16_exported(model_dir, tmp_path_factory):
-    return export_model(model_dir, str(tmp_path_factory.mktemp("exports") / "bf16"),
-                        *DECODE_FLAGS, "--average_last=2", "--dtype=bfloat16",
-                        "--warmup_sentences=")
-
-
 def test_weights_are_the_float32_ones_rounded_to_bfloat16(bf16_translator, translator):
     assert {str(v.dtype) for v in bf16_translator.model.weights} == {"bfloat16"}
     assert bf16_translator.model.compute_dtype == "bfloat16"
@@ -96,10 +89,12 @@ def test_export_holds_bfloat16_variables_and_serves_in_a_clean_process(
     assert stored < 0.6 * float32_bytes  # two bytes a weight (the float32 export: four)
     with open(os.path.join(bf16_exported, "assets", saved_model.METADATA_FILE)) as f:
         assert json.load(f)["decode"]["dtype"] == "bfloat16"
+    # One batch of 21: the export's two parallel searches (conftest.py's bf16_exported),
+    # against one search per batch of 8 in bf16_translator.
     texts = dev_sentences(20, start=300) + [""]
     got, status = clean_translate(bf16_exported, ("\n".join(texts) + "\n").encode(),
                                   str(tmp_path), "--ops=libraries", "--refuse=all",
-                                  "--batch_size=8")
+                                  "--batch_size=32")
     assert status["loaded_modules"] == []
     expected = [t.texts[0] for t in translate_sentences(bf16_translator, texts, batch_size=8)]
     assert got == expected

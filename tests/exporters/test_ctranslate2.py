@@ -42,8 +42,11 @@ from tf_transformer.model_dir import ModelDir  # noqa: E402
 DEV_TSV = os.path.join(REPO_ROOT,
                        "data", "libreoffice-help.en-de", "dev.tsv")
 EXTRA_LENGTH = 10
-GREEDY = DecodeConfig(beam_size=1, alpha=0.0, extra_length=EXTRA_LENGTH)
-BEAM = DecodeConfig(beam_size=4, extra_length=EXTRA_LENGTH)
+# One search per batch (parallel_searches=1): each Translator's search graph holds one copy
+# of the loop, not three (its first call costs about a third); the parallel sub-batches
+# give one search's outputs (tests/decoding/test_translator.py).
+GREEDY = DecodeConfig(beam_size=1, alpha=0.0, extra_length=EXTRA_LENGTH, parallel_searches=1)
+BEAM = DecodeConfig(beam_size=4, extra_length=EXTRA_LENGTH, parallel_searches=1)
 SUPPRESS = [["<pad>"], ["<s>"]]  # our beam search never generates PAD or BOS
 
 

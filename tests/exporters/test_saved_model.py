@@ -55,20 +55,28 @@ def test_signatures_names_dtypes_and_shapes(loaded):
         assert got == outputs, name
 
 
-def test_each_search_is_traced_once(exported):
-    """Signatures, the module's functions and the parts of a batch share one trace of the
-    search per nbest: a second copy (signatures traced before the save's own retrace) cost
-    ~90 MB of loader RSS, a copy per parallel search ~60 MB."""
+def _search_loops(export):
+    """{function name: its While ops} of the functions of `export` that hold a loop."""
     from tensorflow.core.protobuf import saved_model_pb2
     proto = saved_model_pb2.SavedModel()
-    with open(os.path.join(exported, "saved_model.pb"), "rb") as f:
+    with open(os.path.join(export, "saved_model.pb"), "rb") as f:
         proto.ParseFromString(f.read())
     loops = {f.signature.name: sum(node.op in ("While", "StatelessWhile") for node in f.node_def)
              for f in proto.meta_graphs[0].graph_def.library.function}
-    loops = {name: count for name, count in loops.items() if count}
-    # nbest 1 (translate) and nbest = beam (translate_nbest, translate_ids: the export's),
-    # the sampling loop (sample) and the search with alignments (translate_with_alignments)
-    assert sorted(loops.values()) == [1, 1, 1, 1], loops
+    return {name: count for name, count in loops.items() if count}
+
+
+def test_each_search_is_traced_once(exported, bf16_exported):
+    """Signatures, the module's functions and the parts of a batch share one trace of the
+    search per nbest: a second copy (signatures traced before the save's own retrace) cost
+    ~90 MB of loader RSS, a copy per parallel search ~60 MB. (`exported` runs one search
+    per batch; `bf16_exported` has the parallel parts.)"""
+    for export in (exported, bf16_exported):
+        loops = _search_loops(export)
+        # nbest 1 (translate) and nbest = beam (translate_nbest, translate_ids: the
+        # export's), the sampling loop (sample) and the search with alignments
+        # (translate_with_alignments)
+        assert sorted(loops.values()) == [1, 1, 1, 1], (export, loops)
 
 
 def test_outputs_equal_the_translator_and_options_work(loaded, translator):
