@@ -8,7 +8,6 @@ SIGTERM), in this process otherwise (binary_fixtures.run_main).
 import json
 import os
 import signal
-import subprocess
 
 import pytest
 import tensorflow as tf
@@ -17,7 +16,6 @@ from model_fixtures import REPO_ROOT
 from train_binary_fixtures import (
     start_train,
     train_command,
-    train_env,
     wait_for_step,
 )
 from trainer_fixtures import read_scalars
@@ -25,11 +23,6 @@ from trainer_fixtures import read_scalars
 from tf_transformer import flags as flags_lib
 
 pytestmark = pytest.mark.slow
-
-
-def _run(command, env=None, timeout=300):
-    return subprocess.run(command, cwd=REPO_ROOT, env=env or train_env(), capture_output=True,
-                          text=True, timeout=timeout)
 
 
 def _train_here(train_tsv, spm_model_path, model_dir, *extra):
@@ -68,10 +61,10 @@ def test_kill_9_then_sigterm_checkpoint_then_resume_with_progress_lines(
     stopped = int(tf.train.latest_checkpoint(model_dir).rsplit("-", 1)[1])
     assert stopped >= signalled_after
 
-    resumed = _run(train_command(train_tsv, spm_model_path, model_dir,
-                                 f"--max_steps={stopped + 2}"))
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    lines = [l for l in resumed.stdout.splitlines() if l.startswith("step=")]
+    # The last run in this process: what it shows is its output, not its process.
+    resumed = _train_here(train_tsv, spm_model_path, model_dir, f"--max_steps={stopped + 2}")
+    assert resumed["code"] == 0, resumed["stderr"][-3000:]
+    lines = [l for l in resumed["stdout"].splitlines() if l.startswith("step=")]
     assert lines[0].startswith(f"step={stopped + 1} ")
     for key in ("step=", "loss=", "lr=", "tokens_per_sec=", "ms_per_step="):
         assert key in lines[0] and key in first
@@ -83,13 +76,24 @@ def test_kill_9_then_sigterm_checkpoint_then_resume_with_progress_lines(
     assert abs(scalars["loss"][stopped + 1] - resumed_loss) < 1e-5
 
 
+@pytest.fixture(scope="module")
+def dev_tsv(tmp_path_factory, train_tsv):
+    """8 pairs of train_tsv with short sources: each evaluation's dev loss reads one batch
+    and its beam search (to source length + extra_length) is short."""
+    with open(train_tsv, encoding="utf-8") as f:
+        short = [line for line in f if len(line.split("\t")[0].split()) <= 3][:8]
+    path = tmp_path_factory.mktemp("dev") / "dev.tsv"
+    path.write_text("".join(short), encoding="utf-8")
+    return str(path)
+
+
 def test_dev_bleu_best_dir_early_stop_translate_the_best_then_another_preset_is_refused(
-        tmp_path, train_tsv, spm_model_path):
+        tmp_path, train_tsv, dev_tsv, spm_model_path):
     """Dev evaluation at every checkpoint, best/, early stop and translate --checkpoint=best;
     then a run of another architecture in the same model_dir is refused."""
     model_dir = str(tmp_path / "run")
     result = _train_here(train_tsv, spm_model_path, model_dir, "--max_steps=100",
-                         f"--dev_data={train_tsv}", "--dev_bleu_sentences=3",
+                         f"--dev_data={dev_tsv}", "--dev_bleu_sentences=3",
                          "--checkpoint_steps=1", "--keep_best=2", "--early_stop=1",
                          "--divergence_steps=50")
     assert result["code"] == 0, result["stderr"][-3000:]
