@@ -34,6 +34,7 @@ pytestmark = pytest.mark.slow
 COMMON = ["--deterministic", "--dropout=0.3", "--log_every=3", "--checkpoint_minutes=100",
           "--dtype=float32"]
 DEV_BLEU_SENTENCES = 4
+DEV_PAIRS = 17
 
 
 def _finish(processes, timeout=600):
@@ -57,11 +58,22 @@ def _done_step(outputs):
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory, train_tsv, spm_model_path):
+def dev_tsv(tmp_path_factory, train_tsv):
+    """The first 17 pairs of train_tsv (uneven halves for the two workers): each
+    evaluation's dev loss reads a batch or two instead of 300 pairs."""
+    with open(train_tsv, encoding="utf-8") as f:
+        lines = [next(f) for _ in range(DEV_PAIRS)]
+    path = tmp_path_factory.mktemp("dev") / "dev.tsv"
+    path.write_text("".join(lines), encoding="utf-8")
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, train_tsv, dev_tsv, spm_model_path):
     a_dir = tmp_path_factory.mktemp("one_per_call")
     model_a, processes = start_workers(
         a_dir, train_tsv, spm_model_path, *COMMON, "--max_steps=6", "--eval_every=3",
-        "--checkpoint_steps=3", f"--dev_data={train_tsv}",
+        "--checkpoint_steps=3", f"--dev_data={dev_tsv}",
         f"--dev_bleu_sentences={DEV_BLEU_SENTENCES}")
     outputs_a = _finish(processes)
     b_dir = tmp_path_factory.mktemp("n_per_call")
@@ -111,7 +123,7 @@ def test_n_steps_per_call_and_resume_equal_one_per_call_on_two_workers(runs):
         np.testing.assert_allclose(c[name], a[name], atol=2e-5, err_msg=name)
 
 
-def test_evaluations_split_over_workers_are_one_devices(runs, train_tsv, small_tokenizer):
+def test_evaluations_split_over_workers_are_one_devices(runs, dev_tsv, small_tokenizer):
     model_a, outputs_a, _, _ = runs
     evals = [[l for l in out.splitlines() if l.startswith("eval step=")] for out in outputs_a]
     assert evals[0] == evals[1] and [e.split()[1] for e in evals[0]] == ["step=3", "step=6"]
@@ -123,7 +135,7 @@ def test_evaluations_split_over_workers_are_one_devices(runs, train_tsv, small_t
     logged = dict(field.split("=") for field in evals[0][-1].split()[2:])
     loaded = model_dir_lib.load_model(ModelDir(model_a))  # ckpt-6, one device
     config = loaded.config
-    dev = corpus.read_corpus(train_tsv)
+    dev = corpus.read_corpus(dev_tsv)
     dev_loss = dev_loss_fn(pipeline.make_dataset(dev, small_tokenizer, config.data,
                                                  training=False),
                            config.train.label_smoothing)(loaded.model)["dev_loss"]
