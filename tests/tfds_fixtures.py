@@ -2,11 +2,15 @@
 examples that tensorflow_datasets.testing.mock_data generates from the dataset's
 features (offline; each split holds `num_examples` random strings of ' a-j').
 
+`run_mains_on_mock_data` runs a binary's main once per argument list in the test's own
+process (binary_fixtures.run_mains: flags parsed anew for each run), inside mock_data;
+`make test`'s recipe test runs its binaries so, each launch would import TensorFlow.
+
   python tests/tfds_fixtures.py NUM_EXAMPLES MODULE ARGS... [--- ARGS...]
 
-runs MODULE's `main` once per argument list ("---" separates them), in one process:
-its flags are parsed anew for each run, as the recipe flag-file test does. Used as a
-subprocess by tests/test_recipes.py (`run_binary`).
+runs MODULE's `main` once per argument list ("---" separates them), in a process of its
+own: used by tests/test_recipes.py (`run_binary`) for the recipes at their paper sizes,
+whose models are better released with their process.
 """
 
 from __future__ import annotations
@@ -34,6 +38,17 @@ def run_binary(module: str, runs: list[list[str]], num_examples: int, env: dict,
         args += (["---"] if i else []) + run
     return subprocess.run(args, cwd=REPO_ROOT, env=env, capture_output=True, text=True,
                           timeout=timeout)
+
+
+def run_mains_on_mock_data(module: str, runs: list[list[str]], num_examples: int
+                           ) -> list[dict]:
+    """binary_fixtures.run_main(module, argv) for each argv of `runs`, in this process on
+    mock data: [{"code", "stdout", "stderr"}] in order."""
+    import tensorflow_datasets as tfds
+    from binary_fixtures import run_mains
+
+    with tfds.testing.mock_data(num_examples=num_examples):
+        return run_mains(module, runs, env=binary_env())
 
 
 def _main(argv: list[str]) -> None:
