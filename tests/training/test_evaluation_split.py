@@ -45,7 +45,9 @@ def test_two_replicas_evaluate_as_one_device(one_layer_model_dir, small_tokenize
     dev loss of random weights, as one device sums it."""
     loaded = model_dir_lib.load_model(ModelDir(one_layer_model_dir))
     config = ModelDir(one_layer_model_dir).read_config()
-    config = config.replace(decode=DecodeConfig(beam_size=2, extra_length=3, batch_size=4))
+    # One search loop per trace (the parallel sub-batch searches are not what is split here).
+    config = config.replace(decode=DecodeConfig(beam_size=2, extra_length=3, batch_size=4,
+                                                 parallel_searches=1))
     translator = Translator(loaded.model, small_tokenizer, config.decode, config.data.max_length)
     sources = SAMPLE_LINES + [line.lower() for line in SAMPLE_LINES[:3]]  # 11: uneven shards
     references = [r.texts[0] for r in translate_sentences(translator, sources, 4)]
