@@ -152,7 +152,7 @@ DOMAIN = re.compile(r"\b(cells?|columns?|rows?|formulas?|charts?|tables?|sheets?
                     re.I)
 MAX_CHARS = 80
 # The source's settings over the tiny preset (the fine-tuned run inherits them).
-MODEL = {"num_layers": 2, "d_model": 32, "d_ff": 64, "num_heads": 4}
+MODEL = {"num_layers": 1, "d_model": 32, "d_ff": 64, "num_heads": 4}
 DATA = {"tokens_per_batch": 1024, "max_length": 64, "shuffle_buffer": 1000}
 TRAIN = {"warmup_steps": 100, "learning_rate_scale": 2.0, "checkpoint_minutes": 1000.0,
          "divergence_steps": 0, "log_every": 10, "keep_best": 0}
