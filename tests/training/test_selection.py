@@ -15,6 +15,7 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
+from binary_fixtures import run_main
 from model_dir_fixtures import assert_weights, mean_weights
 from model_fixtures import REPO_ROOT, tiny_config
 from trainer_fixtures import STEPS, concat_batches, dataset_of, read_scalars, train_config
@@ -124,12 +125,11 @@ def test_dev_loss_selects_when_there_is_no_bleu(tmp_path):
 def test_average_checkpoints_binary_averages_the_best(run, tmp_path):
     path, weights, _, _ = run
     output = str(tmp_path / "averaged")
-    result = subprocess.run(
-        [sys.executable, "-m", "tf_transformer.average_checkpoints", f"--model_dir={path}",
-         "--num_best=2", f"--output={output}"], cwd=REPO_ROOT, capture_output=True, text=True,
-        timeout=300, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert f"averaged best 2 checkpoints of {path}" in result.stdout
+    # In this process (binary_fixtures.run_main): a launch would import TensorFlow.
+    result = run_main("tf_transformer.average_checkpoints",
+                      [f"--model_dir={path}", "--num_best=2", f"--output={output}"])
+    assert result["code"] == 0, result["stderr"][-3000:]
+    assert f"averaged best 2 checkpoints of {path}" in result["stdout"]
     averaged = model_dir_lib.load_model(ModelDir(output))
     assert averaged.paths[0].endswith("averaged-40")
     assert_weights(averaged.model, mean_weights(weights, [20, 40]))
