@@ -1,7 +1,12 @@
 """One shared check applied to every layer of model/layers (keras-hub's run_layer_test habit):
 config round trip, parameter count against the closed form, one fit step that
 changes every weight, and a mixed_bfloat16 forward pass (float32 weights; float32
-outputs where the model keeps them: logits, attention weights)."""
+outputs where the model keeps them: logits, attention weights).
+
+The fit step runs eagerly (run_eagerly): whether every weight receives a gradient and
+moves does not depend on the step being a graph, and tracing and optimising Keras' train
+function was most of each case's time (a graph step would cost ~5x as much for the stacks).
+The graph-mode training step of the whole model is the training tests'."""
 
 from typing import Callable, NamedTuple
 
@@ -133,7 +138,7 @@ def test_layer(name):
     # One fit step moves every weight.
     before = [w.numpy().copy() for w in layer.trainable_weights]
     harness = Harness(layer, case.forward)
-    harness.compile(optimizer=keras.optimizers.Adam(1e-2), loss="mse")
+    harness.compile(optimizer=keras.optimizers.Adam(1e-2), loss="mse", run_eagerly=True)
     target = np.random.default_rng(1).normal(size=expected.shape).astype(np.float32)
     harness.fit(inputs, target, batch_size=B, epochs=1, verbose=0)
     for old, new in zip(before, layer.trainable_weights):
