@@ -1,5 +1,11 @@
 """The decoding cache (model/cache.py): both kinds give the full pass's logits,
-eagerly, inside tf.while_loop and under XLA; the beam-facing protocol."""
+eagerly, inside tf.while_loop and under XLA; the beam-facing protocol.
+
+The tests only read their model (random weights, never trained): one model per set of
+ModelConfig overrides serves the whole module (`tiny`), and its full pass over a target
+is computed once (`full`)."""
+
+import functools
 
 import numpy as np
 import pytest
@@ -13,8 +19,38 @@ KINDS = {"growing": lambda length: cache.growing(), "chunked": lambda length: ca
          "fixed": cache.fixed}
 
 
-def _full(model, source, target):
-    return model({"source": source, "target_in": target}).numpy()
+@pytest.fixture(scope="module")
+def tiny():
+    """overrides -> TINY with those ModelConfig fields changed, built once per module."""
+    models = {}
+
+    def model(**overrides):
+        key = tuple(sorted(overrides.items()))
+        if key not in models:
+            models[key] = build_model(TINY.__class__(**{**TINY.__dict__, **overrides}))
+        return models[key]
+
+    return model
+
+
+@functools.lru_cache(maxsize=None)
+def _batch(t=8):
+    """random_batch(t=t), the same tensors at each call."""
+    return random_batch(t=t)
+
+
+@pytest.fixture(scope="module")
+def full():
+    """(model, t) -> the teacher-forced logits over _batch(t), computed once per model."""
+    passes = {}
+
+    def logits(model, t=8):
+        if (id(model), t) not in passes:
+            source, target = _batch(t)
+            passes[id(model), t] = model({"source": source, "target_in": target}).numpy()
+        return passes[id(model), t]
+
+    return logits
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -22,7 +58,7 @@ def _full(model, source, target):
     {}, {"pre_norm": True}, {"positions": "learned"}, {"d_k": 8, "d_v": 12},
     {"transpose_output": False}, {"table_positions": 9},
     {"table_positions": 9, "positions": "learned"}, {"memory_multiple": 16}])
-def test_cached_decoding_equals_full_pass(overrides, kind):
+def test_cached_decoding_equals_full_pass(overrides, kind, tiny, full):
     """Also with the output table read through transpose_b (XLA's search) instead of
     transposed once per search, with the position vectors made once per search
     (`table_positions`, graph mode) instead of at each step, and with the memory padded
@@ -31,8 +67,8 @@ def test_cached_decoding_equals_full_pass(overrides, kind):
     transpose_output = overrides.pop("transpose_output", True)
     table_positions = overrides.pop("table_positions", 0)
     memory_multiple = overrides.pop("memory_multiple", 1)
-    model = build_model(TINY.__class__(**{**TINY.__dict__, **overrides}))
-    source, target = random_batch()
+    model = tiny(**overrides)
+    source, target = _batch()
     state = model.initial_cache(model.encode(source), source, KINDS[kind](8), transpose_output,
                                 positions=tf.constant(table_positions) if table_positions else 0,
                                 memory_multiple=memory_multiple)
@@ -47,15 +83,15 @@ def test_cached_decoding_equals_full_pass(overrides, kind):
         steps.append(logits.numpy())
     # grown to, or fixed at, 8 positions; a chunked cache to its first chunk
     assert state.self_attention[0].keys.shape[2] == (16 if kind == "chunked" else 8)
-    np.testing.assert_allclose(np.stack(steps, 1), _full(model, source, target), atol=1e-5)
+    np.testing.assert_allclose(np.stack(steps, 1), full(model), atol=1e-5)
 
 
-def test_a_chunked_cache_grows_by_chunks(monkeypatch):
+def test_a_chunked_cache_grows_by_chunks(monkeypatch, tiny, full):
     """Over several chunks (3 positions each here): written in place, the unwritten
     columns masked, every step equal to the full pass."""
     monkeypatch.setattr(cache.ChunkedCache, "CHUNK", 3)
-    model = build_model(TINY)
-    source, target = random_batch()
+    model = tiny()
+    source, target = _batch()
     state = model.initial_cache(model.encode(source), source, cache.chunked())
     steps, lengths = [], []
     for step in range(8):
@@ -63,7 +99,7 @@ def test_a_chunked_cache_grows_by_chunks(monkeypatch):
         steps.append(logits.numpy())
         lengths.append(int(state.self_attention[0].keys.shape[2]))
     assert lengths == [3, 3, 3, 6, 6, 6, 9, 9]
-    np.testing.assert_allclose(np.stack(steps, 1), _full(model, source, target), atol=1e-5)
+    np.testing.assert_allclose(np.stack(steps, 1), full(model), atol=1e-5)
 
 
 def _loop_decoder(model, kind, jit):
@@ -97,19 +133,17 @@ def _loop_decoder(model, kind, jit):
     ("growing", False), ("growing", True), ("chunked", False), ("fixed", False), ("fixed", True)],
     ids=["growing-while_loop", "growing-jit_compile", "chunked-while_loop",
          "fixed-while_loop", "fixed-jit_compile"])  # chunks change shape: graph mode only
-def test_cache_equals_full_pass_compiled(kind, jit):
+def test_cache_equals_full_pass_compiled(kind, jit, tiny, full):
     """5 steps: a loop of several steps (XLA unrolls the growing cache's) is the point."""
-    model = build_model(TINY)
-    source, target = random_batch(t=5)
+    model = tiny()
     decode = _loop_decoder(model, kind, jit)
-    np.testing.assert_allclose(decode(source, target).numpy(), _full(model, source, target),
-                               atol=1e-5)
+    np.testing.assert_allclose(decode(*_batch(5)).numpy(), full(model, 5), atol=1e-5)
 
 
-def test_short_fixed_cache_padded_midway_equals_full_pass():
+def test_short_fixed_cache_padded_midway_equals_full_pass(tiny, full):
     """XLA's staging (decoding/compiled_search.py): 3 steps on 3 positions, then 8."""
-    model = build_model(TINY)
-    source, target = random_batch()
+    model = tiny()
+    source, target = _batch()
     state = model.initial_cache(model.encode(source), source, cache.fixed(3))
     steps = []
     for step in range(8):
@@ -117,7 +151,7 @@ def test_short_fixed_cache_padded_midway_equals_full_pass():
             state = state.padded(8)
         logits, state = model.decode_step(target, tf.constant(step), state)
         steps.append(logits.numpy())
-    np.testing.assert_allclose(np.stack(steps, 1), _full(model, source, target), atol=1e-5)
+    np.testing.assert_allclose(np.stack(steps, 1), full(model), atol=1e-5)
 
 
 def test_both_kinds_write_the_same_positions():
@@ -137,9 +171,9 @@ def test_both_kinds_write_the_same_positions():
     assert fixed.padded(7).keys.shape == (2, 3, 7, 4)
 
 
-def test_beams_share_memory_and_reorder_self_attention():
-    model = build_model(TINY)
-    source, target = random_batch()
+def test_beams_share_memory_and_reorder_self_attention(tiny):
+    model = tiny()
+    source, target = _batch()
     state = model.initial_cache(model.encode(source), source, cache.fixed(8))
     _, state = model.decode_step(target, tf.constant(0), state)
     tiled = state.tile(3)
@@ -160,10 +194,10 @@ def test_beams_share_memory_and_reorder_self_attention():
     assert reordered.memory_bias is tiled.memory_bias
 
 
-def test_compact_gathers_every_part_and_may_drop_rows():
+def test_compact_gathers_every_part_and_may_drop_rows(tiny):
     """Finished sentences leave the batch (decoding/live_rows.py): memory follows too."""
-    model = build_model(TINY)
-    source, target = random_batch()
+    model = tiny()
+    source, target = _batch()
     state = model.initial_cache(model.encode(source), source, cache.growing())
     _, state = model.decode_step(target, tf.constant(0), state)
     tiled = state.tile(2)
@@ -178,11 +212,11 @@ def test_compact_gathers_every_part_and_may_drop_rows():
         np.testing.assert_array_equal(after.numpy(), before.numpy()[[1]])
 
 
-def test_a_beam_folded_into_the_query_axis_attends_like_tiled_memory():
+def test_a_beam_folded_into_the_query_axis_attends_like_tiled_memory(tiny):
     """CrossAttention.step with one memory row per sentence and `group` query rows per
     sentence gives what the same queries give against a memory tiled to every row."""
-    model = build_model(TINY)
-    source, _ = random_batch()
+    model = tiny()
+    source, _ = _batch()
     layer = model.decoder.layers[0].cross_attention
     keys, values = layer.project_memory(model.encode(source))
     bias = masks.attention_bias(masks.padding_mask(source))

@@ -34,12 +34,14 @@ def _model(overrides):
     return build_model(ModelConfig(**{**TINY.__dict__, **overrides}))
 
 
-def _alone(model, pair):
-    """Logits [T, vocab] and token losses [T] of one pair alone, padded to the row."""
-    x, t_in, t_out = (tf.constant([v + [0] * (ROW - len(v))], tf.int32) for v in pair)
+def _alone(model, pairs):
+    """Per pair, the logits [T, vocab] and token losses [T] of the pair alone, padded to the
+    row: one pass over the pairs as rows of a batch (rows never see each other)."""
+    x, t_in, t_out = (tf.constant([v + [0] * (ROW - len(v)) for v in side], tf.int32)
+                      for side in zip(*pairs))
     logits = model({"source": x, "target_in": t_in}, training=False)
     loss, _ = losses.smoothed_cross_entropy(logits, t_out, 0.1)
-    return logits[0, :len(t_out[0].numpy().nonzero()[0])].numpy(), loss[0].numpy()
+    return [(logits[i, :len(pair[2])].numpy(), loss[i].numpy()) for i, pair in enumerate(pairs)]
 
 
 CASES = [{}, {"pre_norm": True}, {"positions": "learned"},
@@ -55,8 +57,7 @@ def test_packed_row_equals_each_pair_alone(overrides):
     logits = model(packed, training=False)
     loss, weights = losses.smoothed_cross_entropy(logits, packed["target_out"], 0.1)
     segments = packed["target_segments"][0].numpy()
-    for i, pair in enumerate(pairs, start=1):
-        alone_logits, alone_loss = _alone(model, pair)
+    for i, (alone_logits, alone_loss) in enumerate(_alone(model, pairs), start=1):
         np.testing.assert_allclose(logits[0].numpy()[segments == i], alone_logits, atol=2e-5)
         np.testing.assert_allclose(loss[0].numpy()[segments == i].sum(), alone_loss.sum(),
                                    rtol=1e-5)
@@ -109,11 +110,16 @@ def test_causal_within_a_packed_pair():
     logits = model(packed, training=False).numpy()[0]
     segments = packed["target_segments"][0].numpy()
     start = int(np.argmax(segments == 2))
-    for cut in range(1, len(pairs[1][1])):  # change pair 2's tokens from `cut` on
-        target_in = packed["target_in"].numpy().copy()
-        span = slice(start + cut, start + len(pairs[1][1]))
-        target_in[0, span] = np.random.default_rng(cut).integers(4, 40, size=span.stop - span.start)
-        other = model({**packed, "target_in": tf.constant(target_in)}, training=False).numpy()[0]
+    cuts = range(1, len(pairs[1][1]))  # change pair 2's tokens from `cut` on
+    spans = [slice(start + cut, start + len(pairs[1][1])) for cut in cuts]
+    target_in = np.repeat(packed["target_in"].numpy(), len(cuts), axis=0)
+    for row, (cut, span) in enumerate(zip(cuts, spans)):
+        target_in[row, span] = np.random.default_rng(cut).integers(4, 40,
+                                                                   size=span.stop - span.start)
+    # Every changed row in one pass, stacked on the batch axis (rows never see each other).
+    batch = {k: tf.repeat(v, len(cuts), axis=0) for k, v in packed.items()}
+    others = model({**batch, "target_in": tf.constant(target_in)}, training=False).numpy()
+    for cut, span, other in zip(cuts, spans, others):
         np.testing.assert_allclose(other[:start + cut], logits[:start + cut], atol=1e-5)
         np.testing.assert_allclose(other[segments > 2], logits[segments > 2], atol=1e-5)
         assert np.abs(other[span] - logits[span]).max() > 1e-3
