@@ -307,7 +307,9 @@ def test_never_ids_are_never_generated():
                                max_lengths=tf.constant([4, 4]), nbest=2, never_ids=never_ids)
         return lambda: BeamSearchResult(*(r.numpy() for r in decode(tf.constant(tables))))
 
-    assert any(UNK_ID in tokens for b in range(2) for tokens in outputs(decoder(4, ())(), b))
+    # Without never_ids: the module's beam 4, nbest 2 search (traced by the tests above).
+    allowed = decode(tables, [4, 4], 0.6, beam=4, nbest=2)
+    assert any(UNK_ID in tokens for b in range(2) for tokens in outputs(allowed, b))
     beam4, exact = decoder(4, (UNK_ID,))(), decoder(128, (UNK_ID,))()
     for b in range(2):
         assert all(UNK_ID not in tokens for tokens in outputs(beam4, b))

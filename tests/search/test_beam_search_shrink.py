@@ -115,8 +115,9 @@ def test_shrinking_gives_the_full_batch_search_with_fewer_rows(beam, nbest, cach
 
 
 def test_a_cache_without_compact_keeps_every_sentence():
-    want, full_rows = run(4, 2, shrink=False)
-    got, rows = run(4, 2, shrink=True, cache="rigid")
+    # beam 4, nbest 4: the reference search is the one the tests above traced
+    want, full_rows = run(4, 4, shrink=False)
+    got, rows = run(4, 4, shrink=True, cache="rigid")
     assert not live_rows.can_compact(RigidCache(tf.zeros([1]), tf.zeros([1])))
     assert_same(got, want)
     assert rows == full_rows
@@ -131,13 +132,13 @@ def test_shrink_defaults_on_without_a_static_buffer():
 
 def test_pack_keeps_live_rows_first_and_results_in_place():
     """live_rows.pack, XLA's move to a smaller capacity, under jit_compile."""
-    want, _ = run(4, 2, shrink=False)
+    want, _ = run(4, 4, shrink=False)
 
     @tf.function(autograph=False, jit_compile=True, input_signature=[TABLE_SPEC, tf.TensorSpec([8], tf.int32)])
     def staged(tables, max_lengths):
         from tf_transformer.search.beam_search import BeamSearch
         search = BeamSearch(table_fn, vocab_size=VOCAB, beam_size=4, alpha=0.6,
-                            max_lengths=max_lengths, nbest=2, max_decode_length=STEPS)
+                            max_lengths=max_lengths, nbest=4, max_decode_length=STEPS)
         state = search.start(TableCache(tables, tf.zeros([8], tf.int32)))
         for capacity in (4, 2, 1):
             state = search.advance(state, live_above=capacity)
@@ -150,13 +151,15 @@ def test_pack_keeps_live_rows_first_and_results_in_place():
 
 def test_tiny_model_shrinking_gives_the_same_outputs():
     """The real decoder and DecoderCache.compact: 1-token, full-length and EOS-ended outputs."""
-    # Weights whose outputs have the lengths asserted below. Keras draws initializer seeds
-    # from Python's and NumPy's generators; keras.utils.set_random_seed would also call
-    # tf.random.set_seed, which clears the eager kernel cache and with it the SentencePiece
-    # resources of other tests in this process.
-    random.seed(0)
-    np.random.seed(0)
-    model = build_model(ModelConfig(vocab_size=40, num_layers=2, d_model=32, d_ff=64,
+    # Weights whose outputs have the lengths asserted below (best: 1, 1, 1, 12, 6, 12 tokens).
+    # Keras draws initializer seeds from Python's and NumPy's generators;
+    # keras.utils.set_random_seed would also call tf.random.set_seed, which clears the
+    # eager kernel cache and with it the SentencePiece resources of other tests in this
+    # process. One layer each side: the claim is about the search's rows, and each of the
+    # two searches traces the decoder layers.
+    random.seed(3)
+    np.random.seed(3)
+    model = build_model(ModelConfig(vocab_size=40, num_layers=1, d_model=32, d_ff=64,
                                     num_heads=4, dropout=0.0))
     rng = np.random.default_rng(3)
     source = rng.integers(4, 40, size=(6, 7)).astype(np.int32)
