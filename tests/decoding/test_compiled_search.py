@@ -30,9 +30,12 @@ def model_and_step():
     # from Python's and NumPy's generators; keras.utils.set_random_seed would also call
     # tf.random.set_seed, which clears the eager kernel cache and with it the SentencePiece
     # resources of other tests in this process.
-    random.seed(0)
-    np.random.seed(0)
-    model = build_model(ModelConfig(vocab_size=VOCAB, num_layers=2, d_model=32, d_ff=64,
+    # One layer each side: XLA compiles four loop bodies (a short and a full cache, two
+    # smaller capacities), each with the decoder; a second layer made each compilation
+    # ~1.6x as long and the stages' claim does not need it.
+    random.seed(26)
+    np.random.seed(26)
+    model = build_model(ModelConfig(vocab_size=VOCAB, num_layers=1, d_model=32, d_ff=64,
                                     num_heads=4, dropout=0.0))
     decode_step = model.decode_step
 
