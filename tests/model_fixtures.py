@@ -22,6 +22,7 @@ from tf_transformer.config import (
     ModelConfig,
     TrainConfig,
 )
+from tf_transformer.decoding.translator import Translator
 from tf_transformer.inputs import corpus, pipeline
 from tf_transformer.inputs.tokenizer import Tokenizer
 from tf_transformer.model_dir import ModelDir
@@ -85,3 +86,20 @@ def make_model_dir(path: str, tokenizer_proto: bytes, steps: int = 0, seed: int 
 
     trainer.train(dataset_fn, max_steps=steps, log_fn=lambda line: None)
     return path
+
+
+# Greedy decoding of a tiny model directory, outputs up to source + 5 tokens, one search per
+# batch: the translate and evaluate binary tests and the evaluation tests decode with it.
+GREEDY_DECODE = DecodeConfig(beam_size=1, extra_length=5, parallel_searches=1)
+_TRANSLATORS: dict = {}
+
+
+def shared_translator(model_dir: str, decode_config: DecodeConfig) -> Translator:
+    """Translator.from_model_dir(model_dir, decode_config=decode_config), built once per
+    (model_dir, decode_config) in this process: the test modules that decode a model
+    directory with the same settings share its traced searches. Tests never change it."""
+    key = (model_dir, decode_config)
+    if key not in _TRANSLATORS:
+        _TRANSLATORS[key] = Translator.from_model_dir(ModelDir(model_dir),
+                                                      decode_config=decode_config)
+    return _TRANSLATORS[key]

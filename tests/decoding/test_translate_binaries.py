@@ -3,9 +3,9 @@
 Expected outputs come from the library in this process with the same decoding
 settings: `translate_sentences` over the whole input at once, the path the
 translate binary took before it streamed. Runs that read and write files run in this
-process (binary_fixtures.run_main: absl's flags parsed, main called, streams captured);
-what only a process shows stays a subprocess: a pipe answered chunk by chunk, and the
-exit codes of evaluate's refusals.
+process (binary_fixtures.run_main: absl's flags parsed, main called, streams captured,
+the exit code a process would give), and so do the refusals; what only a process shows
+stays a subprocess: a pipe answered chunk by chunk.
 """
 
 import fcntl
@@ -21,26 +21,24 @@ import time
 
 import pytest
 from binary_fixtures import run_main, run_mains
-from model_fixtures import REPO_ROOT, SAMPLE_LINES
+from model_fixtures import GREEDY_DECODE, REPO_ROOT, SAMPLE_LINES, shared_translator
 from sacrebleu.metrics import BLEU, CHRF
 
-from tf_transformer.config import DecodeConfig
 from tf_transformer.cli.batching import translate_sentences
-from tf_transformer.decoding.translator import Translator
 from tf_transformer.model import build_model
 from tf_transformer import model_dir as model_dir_lib
 from tf_transformer.model_dir import ModelDir
 
 LINES = SAMPLE_LINES[:7]
-# One search per batch (batches of 2 are never split): one copy of the search loop per
-# graph, faster to trace and optimise.
-DECODE_FLAGS = ["--beam_size=1", "--extra_length=4", "--batch_size=2", "--parallel_searches=1"]
+# model_fixtures.GREEDY_DECODE's settings. One search per batch (batches of 2 are never
+# split): one copy of the search loop per graph, faster to trace and optimise.
+DECODE_FLAGS = ["--beam_size=1", "--extra_length=5", "--batch_size=2", "--parallel_searches=1"]
 
 
 @pytest.fixture(scope="module")
 def translator(tiny_model_dir):
-    decode = DecodeConfig(beam_size=1, extra_length=4, batch_size=2, parallel_searches=1)
-    return Translator.from_model_dir(ModelDir(tiny_model_dir), decode_config=decode)
+    """The library's Translator with DECODE_FLAGS' settings (the evaluation tests' too)."""
+    return shared_translator(tiny_model_dir, GREEDY_DECODE)
 
 
 def _translations(translator, lines):
@@ -53,11 +51,6 @@ def _command(binary, *args):
 
 def _env():
     return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
-
-
-def _run(binary, *args, **kwargs):
-    return subprocess.run(_command(binary, *args), cwd=REPO_ROOT, env=_env(), capture_output=True,
-                          timeout=600, **kwargs)
 
 
 @pytest.fixture(scope="module")
@@ -208,11 +201,14 @@ def test_evaluate_bleu_is_sacrebleu_on_the_hypotheses_it_wrote(tmp_path, tiny_mo
 
 
 def test_evaluate_refuses_missing_data_and_translate_only_flags(tiny_model_dir):
-    result = _run("evaluate", f"--model_dir={tiny_model_dir}")
-    assert result.returncode != 0 and b"--data is required" in result.stderr
-    for flag in ("--nbest=2", "--input=x", "--plot_attention=x.png"):  # translate's, not its own
-        result = _run("evaluate", f"--model_dir={tiny_model_dir}", "--data=x", flag)
-        assert result.returncode != 0 and b"Unknown command line flag" in result.stderr, flag
+    """All four runs in this process (run_mains)."""
+    flags = ("--nbest=2", "--input=x", "--plot_attention=x.png")  # translate's, not its own
+    missing, *unknown = run_mains("tf_transformer.evaluate", [
+        [f"--model_dir={tiny_model_dir}"],
+        *([f"--model_dir={tiny_model_dir}", "--data=x", flag] for flag in flags)])
+    assert missing["code"] != 0 and "--data is required" in missing["stderr"]
+    for flag, result in zip(flags, unknown, strict=True):
+        assert result["code"] != 0 and "Unknown command line flag" in result["stderr"], flag
 
 
 @pytest.mark.slow
