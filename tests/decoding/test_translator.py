@@ -2,9 +2,11 @@
 
 Random weights almost never emit EOS, so the tests that need finished
 hypotheses of varied lengths scale up the EOS row of the shared embedding
-(`_eos_prone`): its logit then has a larger spread and wins at some steps
-depending on the context. The search and the model code are untouched.
+(conftest.py's `eos_prone_model`): its logit then has a larger spread and wins at some
+steps depending on the context. The search and the model code are untouched.
 """
+
+import random
 
 import numpy as np
 import pytest
@@ -21,18 +23,25 @@ from tf_transformer.model import cache as caches
 from tf_transformer.model.transformer import build_model
 from tf_transformer import model_dir as model_dir_lib
 from tf_transformer.model_dir import ModelDir
-from decoding_fixtures import SENTENCES, load_model, translator
+from decoding_fixtures import SENTENCES, translator
 
 
-def _translator(model_dir, **decode):
-    return translator(load_model(model_dir), model_dir, **decode)
+def _one_layer(model_dir, **overrides):
+    """The model of `model_dir`'s config with one layer each side (and `overrides`),
+    seeded random weights: for the tests about lengths, which trace their own search
+    (Keras draws initializer seeds from Python's and NumPy's generators)."""
+    config = ModelDir(model_dir).read_config().model
+    random.seed(0)
+    np.random.seed(0)
+    return build_model(config.__class__(**{**config.__dict__, "num_layers": 1, **overrides}))
 
 
 @pytest.fixture(scope="module")
-def eos_prone(eos_prone_model, tiny_model_dir):
-    """Beam 4, nbest 2, one search per batch (splits: the parallel-search test)."""
-    return translator(eos_prone_model, tiny_model_dir, beam_size=4, nbest=2,
-                      parallel_searches=1)
+def eos_prone(beam4):
+    """conftest.py's beam 4, nbest 2 over the EOS-prone model: one search per batch (splits:
+    the parallel-search test), outputs up to source + 20 tokens. Its searches, traced once,
+    serve the scoring and alignment tests too."""
+    return beam4
 
 
 @pytest.fixture(scope="module")
@@ -113,12 +122,15 @@ def test_parallel_searches_give_one_searchs_outputs_in_input_order(eos_prone, on
     parts = 2
     batch, expected = one_search
     split = Translator(eos_prone.model, eos_prone.tokenizer,
-                       DecodeConfig(beam_size=4, nbest=2, parallel_searches=parts),
+                       DecodeConfig(beam_size=4, nbest=2, extra_length=eos_prone.extra_length,
+                                    parallel_searches=parts),
                        max_source_length=64)
     assert len(set(expected["lengths"].numpy()[:, 0])) > 2
     via_signature = split.translate_ids(batch)  # 24 >= parts * 8: the split branch
     alpha, extra = tf.constant(split.alpha), tf.constant(split.extra_length)
-    direct = tf.function(lambda s: split._parallel_search(s, alpha, extra, 2), autograph=False)(batch)
+    # Eagerly: its searches run the loop function the signature traced (a graph of its own
+    # would be optimised with two more copies of the loop).
+    direct = split._parallel_search(batch, alpha, extra, 2)
     for got in (via_signature, direct._asdict()):
         np.testing.assert_array_equal(got["ids"].numpy(), expected["ids"].numpy())
         np.testing.assert_array_equal(got["lengths"].numpy(), expected["lengths"].numpy())
@@ -152,7 +164,8 @@ def test_eos_ends_every_hypothesis_and_nothing_follows(eos_prone, sources):
 
 def test_maximum_length_is_source_length_plus_extra_length(tiny_model_dir, sources):
     # Random weights: runs to the limit. One search per batch: one copy of the loop to trace.
-    decoder = _translator(tiny_model_dir, beam_size=2, parallel_searches=1)
+    decoder = translator(_one_layer(tiny_model_dir), tiny_model_dir, beam_size=2,
+                         parallel_searches=1)
     source_lengths = _source_lengths(sources)
     out = decoder.translate_ids(tf.constant(sources), extra_length=7)
     lengths = out["lengths"].numpy()[:, 0]
@@ -165,9 +178,7 @@ def test_maximum_length_is_source_length_plus_extra_length(tiny_model_dir, sourc
 
 def test_learned_positions_cap_the_output_length(tiny_model_dir):
     tokenizer = Tokenizer(f"{tiny_model_dir}/{model_dir_lib.VOCAB_FILE}")
-    config = ModelDir(tiny_model_dir).read_config().model
-    model = build_model(config.__class__(**{**config.__dict__, "positions": "learned",
-                                            "max_positions": 24}))
+    model = _one_layer(tiny_model_dir, positions="learned", max_positions=24)
     decoder = Translator(model, tokenizer, DecodeConfig(beam_size=1, parallel_searches=1),
                         max_source_length=64)
     assert decoder.max_source_length == 24
@@ -181,7 +192,7 @@ def test_text_api_handles_empty_bad_and_long_inputs(eos_prone):
     assert out["translation"].shape == [5] and out["score"].shape == [5]
     assert list(out["translation"].numpy()[:2]) == [b"", b""]
     assert list(out["score"].numpy()[:2]) == [0.0, 0.0]
-    assert out["length"].numpy()[4] <= 64 + 50  # truncated to max_source_length
+    assert out["length"].numpy()[4] <= 64 + eos_prone.extra_length  # source truncated to 64
     nbest = eos_prone.translate_nbest(text)
     assert nbest["translations"].shape == [5, 2] and nbest["scores"].shape == [5, 2]
     assert nbest["translations"].numpy()[2, 0] == out["translation"].numpy()[2]
