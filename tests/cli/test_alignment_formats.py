@@ -2,14 +2,16 @@
 (cli/decoders.py): formats, sampling seeds, and streamed lines with alignments."""
 
 import io
+import random
 
 import numpy as np
 import tensorflow as tf
+from model_fixtures import tiny_config
 
 from tf_transformer.cli import alignments, decoders, streaming
 from tf_transformer.config import DecodeConfig
 from tf_transformer.decoding.translator import Translator
-from tf_transformer.model_dir import ModelDir
+from tf_transformer.model.transformer import build_model
 
 
 def test_hard_is_pharaoh_over_tokens_before_eos_and_soft_is_the_matrix():
@@ -32,9 +34,15 @@ def test_batch_seeds_differ_by_seed_and_text_and_repeat():
     assert decoders.batch_seed(3, texts) == decoders.batch_seed(3, list(texts))
 
 
-def test_streamed_lines_end_in_their_alignment(tiny_model_dir):
-    translator = Translator.from_model_dir(
-        ModelDir(tiny_model_dir), decode_config=DecodeConfig(beam_size=2, nbest=2, extra_length=3))
+def test_streamed_lines_end_in_their_alignment(small_tokenizer):
+    # A tiny model, seeded random weights, one layer each side (its two searches with
+    # alignments trace every layer).
+    random.seed(0)  # Keras draws initializer seeds from Python's and NumPy's generators
+    np.random.seed(0)
+    config = tiny_config(small_tokenizer.vocab_size, num_layers=1)
+    translator = Translator(build_model(config.model), small_tokenizer,
+                            DecodeConfig(beam_size=2, nbest=2, extra_length=3),
+                            config.data.max_length)
     lines = ["Fonts", "", "Replacement table"]
     data = ("\n".join(lines) + "\n").encode()
     expected = translator.translate_nbest_with_alignments(tf.constant(lines))

@@ -6,8 +6,10 @@ at once, the path the translate binary took before it streamed.
 
 import io
 import os
+import random
 import threading
 
+import numpy as np
 import pytest
 
 from tf_transformer.config import DecodeConfig
@@ -15,20 +17,25 @@ from tf_transformer.cli import streaming
 from tf_transformer.cli.streaming import split_lines
 from tf_transformer.cli.batching import translate_sentences
 from tf_transformer.decoding.translator import Translator
-from tf_transformer.model_dir import ModelDir
+from tf_transformer.model.transformer import build_model
 
-from model_fixtures import SAMPLE_LINES
+from model_fixtures import SAMPLE_LINES, tiny_config
 
 LINES = SAMPLE_LINES
 
 
 @pytest.fixture(scope="module")
-def translator(tiny_model_dir):
-    """Batches of at most 3: one search each (parallel_searches=1: one copy of the loop per
-    graph, faster to trace)."""
+def translator(small_tokenizer):
+    """A tiny model (seeded random weights, one layer each side: its two searches trace
+    every layer), sources up to 64 tokens. Batches of at most 3: one search each
+    (parallel_searches=1: one copy of the loop per graph, faster to trace)."""
     decode = DecodeConfig(beam_size=3, nbest=3, extra_length=6, batch_size=2,
                           parallel_searches=1)
-    return Translator.from_model_dir(ModelDir(tiny_model_dir), decode_config=decode)
+    random.seed(0)  # Keras draws initializer seeds from Python's and NumPy's generators
+    np.random.seed(0)
+    config = tiny_config(small_tokenizer.vocab_size, num_layers=1)
+    return Translator(build_model(config.model), small_tokenizer, decode,
+                      config.data.max_length)
 
 
 def _stream(translator, data: bytes, **kwargs) -> list[str]:
