@@ -38,9 +38,9 @@ def _sgd():
     return keras_optimizers.pre_reduced(keras.optimizers.SGD)(learning_rate=1.0)
 
 
-def _train(tmp_path, name, strategy, batches, steps, optimizer_fn=None, **train):
-    trainer = Trainer(train_config(**train), str(tmp_path / name), strategy,
-                      optimizer_fn=optimizer_fn)
+def _train(tmp_path, name, strategy, batches, steps, optimizer_fn=None, trainer=None, **train):
+    trainer = trainer or Trainer(train_config(**train), str(tmp_path / name), strategy,
+                                 optimizer_fn=optimizer_fn)
     losses = []
     trainer.train(dataset_of(batches), max_steps=steps,
                   log_fn=lambda line: losses.append(float(line.split("loss=")[1].split()[0])))
@@ -88,10 +88,11 @@ def global_batch(tmp_path_factory):
     """The reference of the two invariance tests below: one replica, each step's two halves
     as one batch, SGD; and the initial weights (the same seed: every trainer's)."""
     path = tmp_path_factory.mktemp("global_batch")
-    initial = weights_but_key_biases(Trainer(train_config(), str(path / "initial"),
-                                             tf.distribute.OneDeviceStrategy("/cpu:0")))
-    trainer, losses = _train(path, "one", tf.distribute.OneDeviceStrategy("/cpu:0"),
-                             [concat_batches(*pair) for pair in STEPS], 3, optimizer_fn=_sgd)
+    one = Trainer(train_config(), str(path / "one"), tf.distribute.OneDeviceStrategy("/cpu:0"),
+                  optimizer_fn=_sgd)
+    initial = weights_but_key_biases(one)
+    trainer, losses = _train(path, "one", None, [concat_batches(*pair) for pair in STEPS], 3,
+                             trainer=one)
     return trainer, losses, initial
 
 
