@@ -17,6 +17,9 @@ from tf_transformer.model.cache import DecoderCache, FixedCache, GrowingCache
 
 KINDS = {"growing": lambda length: cache.growing(), "chunked": lambda length: cache.chunked(),
          "fixed": cache.fixed}
+# Eager steps of test_cached_decoding_equals_full_pass (and of the compiled loops): several
+# writes and reads of the cache; each eager step of the 24 cases costs ~60 ms of CPU.
+STEPS = 5
 
 
 @pytest.fixture(scope="module")
@@ -68,8 +71,9 @@ def test_cached_decoding_equals_full_pass(overrides, kind, tiny, full):
     table_positions = overrides.pop("table_positions", 0)
     memory_multiple = overrides.pop("memory_multiple", 1)
     model = tiny(**overrides)
-    source, target = _batch()
-    state = model.initial_cache(model.encode(source), source, KINDS[kind](8), transpose_output,
+    source, target = _batch(STEPS)
+    state = model.initial_cache(model.encode(source), source, KINDS[kind](STEPS),
+                                transpose_output,
                                 positions=tf.constant(table_positions) if table_positions else 0,
                                 memory_multiple=memory_multiple)
     assert (state.output_table.shape == (32, 40)) if transpose_output else state.output_table == ()
@@ -78,12 +82,12 @@ def test_cached_decoding_equals_full_pass(overrides, kind, tiny, full):
     width = 16 if memory_multiple == 16 else 7  # the source's 7 positions, padded
     assert state.memory_keys[0].shape[2] == state.memory_bias.shape[-1] == width
     steps = []
-    for step in range(8):
+    for step in range(STEPS):
         logits, state = model.decode_step(target, tf.constant(step), state)
         steps.append(logits.numpy())
-    # grown to, or fixed at, 8 positions; a chunked cache to its first chunk
-    assert state.self_attention[0].keys.shape[2] == (16 if kind == "chunked" else 8)
-    np.testing.assert_allclose(np.stack(steps, 1), full(model), atol=1e-5)
+    # grown to, or fixed at, STEPS positions; a chunked cache to its first chunk
+    assert state.self_attention[0].keys.shape[2] == (16 if kind == "chunked" else STEPS)
+    np.testing.assert_allclose(np.stack(steps, 1), full(model, STEPS), atol=1e-5)
 
 
 def test_a_chunked_cache_grows_by_chunks(monkeypatch, tiny, full):
@@ -137,7 +141,7 @@ def test_cache_equals_full_pass_compiled(kind, jit, tiny, full):
     """5 steps: a loop of several steps (XLA unrolls the growing cache's) is the point."""
     model = tiny()
     decode = _loop_decoder(model, kind, jit)
-    np.testing.assert_allclose(decode(*_batch(5)).numpy(), full(model, 5), atol=1e-5)
+    np.testing.assert_allclose(decode(*_batch(STEPS)).numpy(), full(model, STEPS), atol=1e-5)
 
 
 def test_short_fixed_cache_padded_midway_equals_full_pass(tiny, full):
