@@ -2,13 +2,12 @@
 
 The dev BLEU tests train the tiny model (one layer each side) with the real Trainer on
 four pairs until it reproduces them (label smoothing off, 50 steps), with dev_bleu_fn
-as its evaluate_fn; the same four pairs scored for seeded random weights of that model
-must score near 0.
+as its evaluate_fn; the same pairs scored for the seeded random weights of the tiny model
+directory must score near 0.
 """
 
 import math
 import os
-import random
 
 import numpy as np
 import pytest
@@ -96,14 +95,9 @@ def test_dev_bleu_of_a_memorised_set_is_high(memorised, toy_pairs, small_tokeniz
 
 
 @pytest.mark.slow
-def test_dev_bleu_of_random_weights_is_near_zero(memorised, toy_pairs, small_tokenizer):
-    config = memorised[1]
-    # The memorised model's architecture, seeded random weights, not trained (Keras draws
-    # initializer seeds from Python's and NumPy's generators).
-    random.seed(1)
-    np.random.seed(1)
-    random_model = build_model(config.model)
-    metrics = evaluation.dev_bleu_fn(toy_pairs, small_tokenizer, config)(random_model)
+def test_dev_bleu_of_random_weights_is_near_zero(random_translator, random_dev_bleu):
+    # The tiny model directory's seeded ckpt-0, not trained; three of the four pairs.
+    metrics = random_dev_bleu(random_translator.model)
     assert metrics["dev_bleu"] < GARBAGE_CEILING
 
 
@@ -131,7 +125,17 @@ def random_translator(tiny_model_dir):
     return shared_translator(tiny_model_dir, DECODE)
 
 
-def test_from_model_dir_and_dev_bleu(tiny_model_dir, random_translator):
+@pytest.fixture(scope="module")
+def random_dev_bleu(tiny_model_dir, random_translator, toy_pairs):
+    """dev_bleu_fn over the first 3 of toy_pairs with DECODE: its Translator, built at the
+    first call, serves both tests that score the random weights (one trace)."""
+    config = ModelDir(tiny_model_dir).read_config().replace(decode=DECODE)
+    return evaluation.dev_bleu_fn(toy_pairs, random_translator.tokenizer, config,
+                                  max_sentences=3)
+
+
+def test_from_model_dir_and_dev_bleu(tiny_model_dir, random_translator, random_dev_bleu,
+                                     toy_pairs):
     """from_model_dir: config.json's model and source limit, the latest checkpoint's
     weights, vocab.model and the decode settings given."""
     translator = random_translator
@@ -147,16 +151,13 @@ def test_from_model_dir_and_dev_bleu(tiny_model_dir, random_translator):
         assert translator.tokenizer.model_proto == f.read()
     assert translator.max_source_length == config.data.max_length
     assert (translator.beam_size, translator.extra_length) == (1, 5)
-    config = config.replace(decode=DECODE)
-    evaluate = evaluation.combine(
-        lambda model: {"dev_loss": 1.0}, None,
-        evaluation.dev_bleu_fn(Corpus(SENTENCES[:3], SENTENCES[:3]), translator.tokenizer,
-                               config, max_sentences=2))
+    evaluate = evaluation.combine(lambda model: {"dev_loss": 1.0}, None, random_dev_bleu)
     metrics = evaluate(translator.model)
     assert set(metrics) == {"dev_loss", "dev_bleu"} and metrics["dev_loss"] == 1.0
-    # dev BLEU is sacreBLEU of the first max_sentences outputs against their references.
-    outputs = [r.texts[0] for r in translate_sentences(translator, SENTENCES[:2])]
-    expected = sacrebleu.corpus_bleu(outputs, [SENTENCES[:2]]).score
+    # dev BLEU is sacreBLEU of the first max_sentences (3 of 4) outputs against their
+    # references.
+    outputs = [r.texts[0] for r in translate_sentences(translator, toy_pairs.sources[:3])]
+    expected = sacrebleu.corpus_bleu(outputs, [toy_pairs.targets[:3]]).score
     assert metrics["dev_bleu"] == pytest.approx(expected, abs=1e-6)
 
 
