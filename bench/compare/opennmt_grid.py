@@ -22,7 +22,7 @@ import types
 
 from bench.compare.run_protocol import prepare_data
 from bench.compare.scoring import opennmt_bleu, write_pieces
-from bench.compare.trainings import HERE, ONMT_VENV, OPENNMT_SCHEDULE, REPO, run_logged
+from bench.compare.trainings import CORPUS_DIR, HERE, ONMT_VENV, OPENNMT_SCHEDULE, REPO, run_logged
 
 GRID = {  # name -> (dropout, attention_dropout, ffn_dropout, label_smoothing)
     "d01_ls01": (0.1, 0.1, 0.1, 0.1),
@@ -87,8 +87,7 @@ def run_setting(d, work, name) -> dict:
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--corpus_dir",
-                        default=os.path.join(REPO, "..", "shared", "corpora", "libreoffice-help.en-de"))
+    parser.add_argument("--corpus_dir", default=CORPUS_DIR)
     parser.add_argument("--work_dir", default=os.path.join(REPO, "runs", "opennmt_grid"))
     parser.add_argument("--only", default=",".join(GRID), help="Comma list of GRID's names.")
     parser.add_argument("--score_test", action="store_true",

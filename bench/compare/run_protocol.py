@@ -19,8 +19,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 from bench.compare import decode_benchmark, dev_curves, precisions  # noqa: E402
 from bench.compare.report import ours_keys, plot, report, system_of, training_keys  # noqa: E402
 from bench.compare.scoring import opennmt_bleu, ours_bleu, write_pieces  # noqa: E402
-from bench.compare.trainings import (ONMT_VENV, REPO, earlier_trainings,  # noqa: E402
+from bench.compare.trainings import (CORPUS_DIR, ONMT_VENV, REPO, earlier_trainings,  # noqa: E402
                                      matmul_peak_process, recipe_model, run_logged, train_both)
+
 
 def parse_args():
     """The protocol's options; bench/compare/README.md says what each does."""
@@ -28,8 +29,7 @@ def parse_args():
     parser.add_argument("--minutes", type=float, default=25.0, help="Training budget per system.")
     parser.add_argument("--test_sentences", type=int, default=0, help="Test subset (0: all).")
     parser.add_argument("--latency_sentences", type=int, default=200)
-    parser.add_argument("--corpus_dir",
-                        default=os.path.join(REPO, "..", "shared", "corpora", "libreoffice-help.en-de"))
+    parser.add_argument("--corpus_dir", default=CORPUS_DIR)
     parser.add_argument("--work_dir", default=os.path.join(REPO, "bench", "out", "compare"))
     parser.add_argument("--plot", default="", help="Default: WORK_DIR/learning_curves.png.")
     parser.add_argument("--vocab_size", type=int, default=8000)
@@ -38,8 +38,6 @@ def parse_args():
                              "training keeps its entry of an earlier WORK_DIR/training.json.")
     parser.add_argument("--reuse_training", action="store_true",
                         help="Reuse WORK_DIR/training.json and the model dirs of an earlier run.")
-    parser.add_argument("--ours_flags", default="",
-                        help="Extra flags for our trainer, space separated (e.g. --jit_compile).")
     parser.add_argument("--ours_dtype", default="auto", choices=("auto",) + precisions.OURS_DTYPES,
                         help="The report's `ours`; auto: mixed_bfloat16 with amx_bf16.")
     parser.add_argument("--ours_dtypes", default="",
@@ -53,7 +51,6 @@ def parse_args():
     return parser.parse_args()
 
 
-# -- data --------------------------------------------------------------------
 def prepare_data(args, work):
     """Vocabulary, pieces files, OpenNMT-tf vocabulary; returns paths and length stats."""
     import sentencepiece as spm
@@ -91,7 +88,6 @@ def prepare_data(args, work):
             "test_sources": test.sources[:n], "test_targets": test.targets[:n]}
 
 
-# -- decoding ----------------------------------------------------------------
 def test_bleu(args, work, d, results):
     """Each system's own decoder on the test subset: its sacreBLEU."""
     refs, skip = d["test_targets"], args.skip.split(",")
@@ -169,7 +165,7 @@ def main():
     plot(results, args.plot)
     report(results)
     with open(os.path.join(work, "figures.json"), "w") as f:
-        json.dump({k: v for k, v in results.items()}, f, indent=1, default=str)
+        json.dump(results, f, indent=1, default=str)
     print(f"figures: {os.path.join(work, 'figures.json')} curves: {args.plot}")
 
 

@@ -15,6 +15,7 @@ from bench.compare.train_logs import parse_opennmt_train, parse_ours_train
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
+CORPUS_DIR = os.path.join(REPO, "..", "shared", "corpora", "libreoffice-help.en-de")
 
 ONMT_VENV = os.path.join(HERE, ".venvs", "opennmt", "bin")
 CT2_VENV = os.path.join(HERE, ".venvs", "ctranslate2", "bin")
@@ -115,7 +116,7 @@ def train_ours(args, work, d, cpus=None, dtype="float32", name="ours"):
          f"--flagfile={RECIPE}", f"--max_minutes={args.minutes}",
          f"--model_dir={model_dir}", f"--vocab={d['vocab']}", f"--log_every={log_every(args.minutes)}",
          f"--train_data={os.path.join(args.corpus_dir, 'train.tsv')}",
-         "--dev_data=", "--keep_checkpoints=100", f"--dtype={dtype}"] + args.ours_flags.split(),
+         "--dev_data=", "--keep_checkpoints=100", f"--dtype={dtype}"],
         log, cpus=cpus)
     config = ModelDir(model_dir).read_config()
     return {"model_dir": model_dir, "peak_rss_mb": rss, **parse_ours_train(lines),

@@ -181,12 +181,12 @@ def test_the_dtype_reaches_our_trainer_and_the_schedule_opennmt_tf(tmp_path, mon
         return [], 100.0, 0
 
     monkeypatch.setattr(trainings, "run_logged", run_logged)
-    args = argparse.Namespace(minutes=1.0, corpus_dir="/c", ours_flags="--jit_compile")
+    args = argparse.Namespace(minutes=1.0, corpus_dir="/c")
     d = {"data": str(tmp_path), "onmt_vocab": "v", "vocab": "sp.model"}
     r = trainings.train_ours(args, str(tmp_path), d, dtype="mixed_bfloat16", name="ours")
     command, log = commands[-1]
     assert "--dtype=mixed_bfloat16" in command and log == "ours_train.log"
-    assert command[-1] == "--jit_compile"  # --ours_flags after the protocol's own
+    assert command[-1] == "--dtype=mixed_bfloat16"  # after the recipe's flagfile, so it wins
     assert r["dtype"] == "mixed_bfloat16" and r["model_dir"] == os.path.join(str(tmp_path), "ours_bf16")
     assert r["schedule"] == {"warmup_steps": 400, "learning_rate_scale": 1.0, "pre_norm": True}
     r = trainings.train_opennmt(args, str(tmp_path), d)
