@@ -57,6 +57,9 @@ SIGNATURE_SPECS = {  # name -> (inputs, outputs): {name: (dtype, shape)}
                 "seed": (tf.int64, [])},
                {"translation": (tf.string, [None]), "score": (tf.float32, [None]),
                 "length": (tf.int32, [None])}),
+    "translate_with_prefix": ({"text": (tf.string, [None]), "prefix": (tf.string, [None])},
+                              {"translation": (tf.string, [None]), "score": (tf.float32, [None]),
+                               "length": (tf.int32, [None])}),
     "translate_with_alignments": (
         {"text": (tf.string, [None])},
         {"translation": (tf.string, [None]), "translation_unk_replaced": (tf.string, [None]),

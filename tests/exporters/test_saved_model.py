@@ -74,9 +74,9 @@ def test_each_search_is_traced_once(exported, bf16_exported):
     for export in (exported, bf16_exported):
         loops = _search_loops(export)
         # nbest 1 (translate) and nbest = beam (translate_nbest, translate_ids: the
-        # export's), the sampling loop (sample) and the search with alignments
-        # (translate_with_alignments)
-        assert sorted(loops.values()) == [1, 1, 1, 1], (export, loops)
+        # export's), the sampling loop (sample), the search with alignments
+        # (translate_with_alignments) and the prefixed search (translate_with_prefix)
+        assert sorted(loops.values()) == [1, 1, 1, 1, 1], (export, loops)
 
 
 def test_outputs_equal_the_translator_and_options_work(loaded, translator):

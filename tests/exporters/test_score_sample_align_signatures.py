@@ -1,4 +1,4 @@
-"""The SavedModel's `score`, `sample` and `translate_with_alignments` signatures give what
+"""The SavedModel's `score`, `sample`, `translate_with_prefix` and `translate_with_alignments` signatures give what
 the in-process Translator gives (the session-scoped export of conftest.py)."""
 
 import numpy as np
@@ -53,3 +53,20 @@ def test_translate_with_alignments_signature_equals_the_translator(loaded, trans
     # The plain translation is translate's.
     np.testing.assert_array_equal(
         got["translation"], loaded.signatures["serving_default"](text=texts)["translation"])
+
+
+def test_translate_with_prefix_signature_equals_the_translator(loaded, translator):
+    texts = tf.constant(dev_sentences(4) + ["", "Fonts"])
+    prefixes = tf.constant(["Die", "", "Mit der", "Hallo", "", "Schrift"])
+    got = _numpy(loaded.signatures["translate_with_prefix"](text=texts, prefix=prefixes))
+    expected = _numpy(translator.translate_with_prefix(texts, prefixes))
+    assert set(got) == {"translation", "score", "length"}
+    np.testing.assert_array_equal(got["translation"], expected["translation"])
+    np.testing.assert_array_equal(got["length"], expected["length"])
+    np.testing.assert_allclose(got["score"], expected["score"], rtol=1e-5)
+    for translation, prefix in zip(got["translation"], prefixes.numpy()):
+        assert translation.startswith(prefix), (translation, prefix)
+    # Without prefixes, translate's outputs.
+    free = loaded.signatures["translate_with_prefix"](text=texts, prefix=tf.fill([6], ""))
+    np.testing.assert_array_equal(free["translation"].numpy(),
+                                  loaded.signatures["serving_default"](text=texts)["translation"])

@@ -22,6 +22,8 @@ runs), wrapped by `ServingModule` into signatures:
   sample           text [B], sampling_topk int32 [], sampling_topp float32 [],
                    sampling_temperature float32 [], seed int64 [] -> translation [B],
                    score [B], length [B]: one output drawn per input
+  translate_with_prefix  text [B], prefix string [B] ("" for none) -> translate's
+                   outputs, each translation starting with its prefix (search/prefix.py)
   translate_with_alignments  text [B] -> translate's outputs, translation_unk_replaced
                    string [B], alignment float32 [B, T, S], target_tokens int32 [B],
                    source_length int32 [B]
@@ -139,6 +141,10 @@ class ServingModule(tf.Module):
         return self.translator.sample(text, sampling_topk, sampling_topp, sampling_temperature,
                                       seed)
 
+    @tf.function(autograph=False, input_signature=[signatures.TEXT, signatures.PREFIX])
+    def translate_with_prefix(self, text, prefix):
+        return self.translator.translate_with_prefix(text, prefix)
+
     @tf.function(autograph=False, input_signature=[signatures.TEXT, signatures.ALPHA, signatures.EXTRA])
     def translate_with_alignments(self, text, alpha=-1.0, extra_length=-1):
         return self.translator.translate_with_alignments(text, alpha, extra_length)
@@ -159,6 +165,7 @@ class ServingModule(tf.Module):
             "detokenize": self.detokenize,
             "score": self.score,
             "sample": self.sample,
+            "translate_with_prefix": self.translate_with_prefix,
             "translate_with_alignments": tf.function(
                 lambda text: self.translate_with_alignments(text),
                 input_signature=[signatures.TEXT], autograph=False),
@@ -166,7 +173,7 @@ class ServingModule(tf.Module):
 
 
 SIGNATURES = ("serving_default", "translate", "translate_nbest", "translate_ids", "tokenize",
-              "detokenize", "score", "sample", "translate_with_alignments")
+              "detokenize", "score", "sample", "translate_with_prefix", "translate_with_alignments")
 
 
 def export(translator: Translator, export_dir: str, vocab_path: str | Sequence[str],
