@@ -63,11 +63,7 @@ def ours_trainings(primary: str, others: str, cpu: dict) -> list:
     added first if missing. The primary's key is "ours" (the report's existing lines),
     every other's "ours_" + its dtype."""
     main = ours_dtype(primary, cpu)
-    dtypes = []
-    for choice in [c.strip() for c in others.split(",") if c.strip()] or [main]:
-        dtype = ours_dtype(choice, cpu)
-        if dtype not in dtypes:
-            dtypes.append(dtype)
+    dtypes = list(dict.fromkeys(ours_dtype(c.strip(), cpu) for c in others.split(",") if c.strip()))
     if main not in dtypes:
         dtypes.insert(0, main)
     return [("ours" if dtype == main else "ours_" + dtype, dtype) for dtype in dtypes]
@@ -79,8 +75,7 @@ def export_dtypes(choice: str, cpu: dict) -> list:
     if choice == "auto":
         return ["float32", "bfloat16"] if has_bfloat16_tiles(cpu) else ["float32"]
     dtypes = [c.strip() for c in choice.split(",") if c.strip()]
-    unknown = [d for d in dtypes if d not in EXPORT_DTYPES]
-    if unknown or not dtypes:
+    if not dtypes or set(dtypes) - set(EXPORT_DTYPES):
         raise ValueError(f"export dtypes must be auto or a list of {EXPORT_DTYPES}, got {choice!r}")
     return dtypes
 
@@ -93,6 +88,5 @@ def fastest_peer(decode: dict, key: str, peers=CTRANSLATE2_ROWS):
     values = {p: v for p, v in values.items() if v is not None}
     if not values:
         return None
-    pick = min if key.endswith("_ms") else max
-    best = pick(values, key=values.get)
+    best = (min if key.endswith("_ms") else max)(values, key=values.get)
     return best, values[best]

@@ -1,7 +1,5 @@
 """The side-by-side protocol's report: figure lines with ratios, and the learning-curve plot."""
 
-import statistics
-
 from bench.compare import precisions
 
 # Our decoding rows, in report order (decode_benchmark.py makes them).
@@ -11,13 +9,6 @@ OURS_DECODE_ROWS = ("ours_savedmodel_xla", "ours_savedmodel", "ours_savedmodel_1
 BF16_ROWS = {"ours_savedmodel_bf16": "ours_savedmodel",
              "ours_savedmodel_bf16_1thread": "ours_savedmodel_1thread"}
 BF16_BLEU_TOLERANCE = 0.3
-
-
-def steady(values):
-    """Median of the logged throughput windows after the first (tracing, warm-up)."""
-    values = list(values)
-    values = values[1:] if len(values) > 1 else values
-    return statistics.median(values) if values else None
 
 
 def plot(results, path):
@@ -31,15 +22,12 @@ def plot(results, path):
                               if any((results.get(n) or {}).get(key) for n, _ in names)]
     titles = {"curve_train": "training loss per target token (label smoothing 0.1)",
               "curve_dev": "dev loss", "curve_dev_bleu": "dev sacreBLEU (each kept checkpoint)"}
-    fig, axes = plt.subplots(1, len(keys), figsize=(5.5 * len(keys), 4), squeeze=False)
-    axes = axes[0]
-    for name, label in names:
-        r = results.get(name) or {}
-        for ax, key in zip(axes, keys):
-            points = r.get(key) or []
+    fig, (axes,) = plt.subplots(1, len(keys), figsize=(5.5 * len(keys), 4), squeeze=False)
+    for ax, key in zip(axes, keys):
+        for name, label in names:
+            points = (results.get(name) or {}).get(key)
             if points:
                 ax.plot([t / 60 for t, _ in points], [v for _, v in points], marker=".", label=label)
-    for ax, key in zip(axes, keys):
         ax.set_title(titles[key])
         ax.set_xlabel("minutes since process start")
         ax.legend()
@@ -88,17 +76,14 @@ def report_training(key, r, results, tag=""):
     counts, MFU, peak memory, dev BLEU (OpenNMT-tf's too for the primary) and test BLEU,
     each line's name followed by `tag`."""
     onmt, common = results.get("opennmt") or {}, results["common_tokens"]
-
-    def common_count(figures, system, name):
-        return figures.get(name) and figures[name] * common[system]
-
-    line("train_tokens_per_sec (own count)" + tag, r.get("tokens_per_sec"), onmt.get("tokens_per_sec"),
-         a_name=key)
-    for name, title in (("tokens_per_sec", "train_tokens_per_sec (common count: pieces + target EOS)"),
-                        ("tokens_per_step", "train_real_tokens_per_step (common count)")):
-        line(title + tag, common_count(r, "ours", name), common_count(onmt, "opennmt", name), a_name=key)
-    line("train_mfu" + tag, r.get("mfu"), onmt.get("mfu"), a_name=key)
-    line("train_peak_rss_mb" + tag, r.get("peak_rss_mb"), onmt.get("peak_rss_mb"), a_name=key)
+    for title, name, counted in (("train_tokens_per_sec (own count)", "tokens_per_sec", False),
+                                 ("train_tokens_per_sec (common count: pieces + target EOS)", "tokens_per_sec", True),
+                                 ("train_real_tokens_per_step (common count)", "tokens_per_step", True),
+                                 ("train_mfu", "mfu", False), ("train_peak_rss_mb", "peak_rss_mb", False)):
+        a, b = r.get(name), onmt.get(name)
+        if counted:  # each system's own count rescaled to the common one
+            a, b = a and a * common["ours"], b and b * common["opennmt"]
+        line(title + tag, a, b, a_name=key)
     for name, trained in ((key, r), ("opennmt", onmt)) if not tag else ((key, r),):
         if trained.get("curve_dev_bleu"):
             t, best = max(trained["curve_dev_bleu"], key=lambda point: point[1])
@@ -159,7 +144,7 @@ def report(results):
             print(f"cores {name}: {r['cores']} (trained concurrently, one core each)")
     report_training("ours", ours, results)
     report_other_trainings(results)
-    for peer in ("ctranslate2_float32", "ctranslate2_int8"):
+    for peer in precisions.CTRANSLATE2_ROWS:
         p = dec.get(peer) or {}
         if p.get("backend"):
             print(f"decode {peer} backend={p['backend']} (the faster; others: "

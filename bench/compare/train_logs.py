@@ -2,8 +2,14 @@
 curves, and run_logged's timestamped logs read back."""
 
 import re
+import statistics
 
-from bench.compare.report import steady
+
+def steady(values):
+    """Median of the logged throughput windows after the first (tracing, warm-up)."""
+    values = list(values)
+    values = values[1:] if len(values) > 1 else values
+    return statistics.median(values) if values else None
 
 
 def parse_opennmt_train(lines) -> dict:
