@@ -93,6 +93,12 @@ def _warm_up(run, batches) -> int:
     return len(seen)
 
 
+def _seconds(run, lines) -> float:
+    start = time.perf_counter()
+    run(lines)
+    return time.perf_counter() - start
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--system", required=True, choices=["tf_transformer", "opennmt", "ctranslate2"])
@@ -106,30 +112,19 @@ def main():
     args = parser.parse_args()
     with open(args.sources, encoding="utf-8") as f:
         lines = [line.rstrip("\n") for line in f]
+    batches = [lines[i:i + args.batch_size] for i in range(0, len(lines), args.batch_size)]
+    latency_lines = lines[::max(1, len(lines) // max(args.latency_sentences, 1))][:args.latency_sentences]
     start = time.perf_counter()
     run = load_system(args)
-    run(lines[:args.batch_size])  # trace / warm up
+    run(batches[0])  # trace / warm up
     load_seconds = time.perf_counter() - start
-    step = max(1, len(lines) // max(args.latency_sentences, 1))
-    latency_lines = lines[::step][:args.latency_sentences]
     start = time.perf_counter()
-    compiled_shapes = _warm_up(run, [lines[i:i + args.batch_size]
-                                     for i in range(0, len(lines), args.batch_size)]
-                               + [[line] for line in latency_lines])
+    compiled_shapes = _warm_up(run, batches + [[line] for line in latency_lines])
     compile_seconds = time.perf_counter() - start
-
-    translations = []
     start = time.perf_counter()
-    for i in range(0, len(lines), args.batch_size):
-        translations += run(lines[i:i + args.batch_size])
+    translations = [t for batch in batches for t in run(batch)]
     batch_seconds = time.perf_counter() - start
-
-    latencies = []
-    for line in latency_lines:
-        start = time.perf_counter()
-        run([line])
-        latencies.append(time.perf_counter() - start)
-    latencies.sort()
+    latencies = sorted(_seconds(run, [line]) for line in latency_lines)
     figures = {
         "system": args.system, "compute_type": args.compute_type,
         "effective_compute_type": getattr(run, "compute_type", None), "sentences": len(lines),
