@@ -12,8 +12,6 @@ line key the median of each side and head/base. On a shared machine only
 such ratios mean anything.
 """
 
-from __future__ import annotations
-
 import argparse
 import os
 import re
@@ -37,7 +35,7 @@ def parse_args(argv=None):
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- then the benchmark.")
     args = parser.parse_args(argv)
-    args.command = [c for c in args.command if c != "--"] if args.command else []
+    args.command = [c for c in args.command if c != "--"]
     if not args.command:
         parser.error("give the benchmark command after --")
     return args

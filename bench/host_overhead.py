@@ -27,8 +27,7 @@ JIT_COMPILE = flags.DEFINE_bool("jit_compile", False,
                                 "Each replica's pass as one XLA function (--jit_compile).")
 
 
-def host_ms_per_step(steps_per_call: int, steps: int, strategy,
-                     jit_compile: bool = False) -> list[float]:
+def host_ms_per_step(steps_per_call: int, steps: int, strategy, jit_compile=False) -> list[float]:
     """Milliseconds per step of each window after the first (which traces), from one
     log line (one read of the device) to the next."""
     import numpy as np
@@ -46,14 +45,9 @@ def host_ms_per_step(steps_per_call: int, steps: int, strategy,
     batch = {"source": np.array([[4, 5, 6, 3], [7, 8, 3, 0]], np.int32),
              "target_in": np.array([[2, 9, 10, 11], [2, 12, 13, 0]], np.int32),
              "target_out": np.array([[9, 10, 11, 3], [12, 13, 3, 0]], np.int32)}
-
-    def dataset_fn(start_step):
-        del start_step
-        return lambda context: tf.data.Dataset.from_tensors(batch).repeat()
-
     times = []  # when each window's log line is written (after its one read)
-    trainer.train(dataset_fn, max_steps=4 * steps,
-                  log_fn=lambda line: times.append(time.perf_counter()))
+    trainer.train(lambda start_step: lambda context: tf.data.Dataset.from_tensors(batch).repeat(),
+                  max_steps=4 * steps, log_fn=lambda line: times.append(time.perf_counter()))
     return [1000 * (b - a) / steps for a, b in zip(times, times[1:])]
 
 

@@ -18,7 +18,6 @@ then `grid best: NAME`; with --score_test, `test_bleu NAME=T` for that one, once
 import argparse
 import json
 import os
-import types
 
 from bench.compare.run_protocol import prepare_data
 from bench.compare.scoring import opennmt_bleu, write_pieces
@@ -94,8 +93,7 @@ def main():
                         help="Score the test split with the best setting on dev (once).")
     args = parser.parse_args()
     work = os.path.abspath(args.work_dir)
-    d = prepare_data(types.SimpleNamespace(corpus_dir=args.corpus_dir, vocab_size=8000,
-                                           test_sentences=0), work)
+    d = prepare_data(args.corpus_dir, work)
     d["dev_en"], d["dev_de"] = (write_pieces(os.path.join(d["data"], f"dev{DEV_PAIRS}.{side}.sp"), d["sp"],
                                              texts[:DEV_PAIRS])
                                 for side, texts in (("en", d["dev_sources"]), ("de", d["dev_targets"])))

@@ -23,6 +23,9 @@ from bench.compare.trainings import (CORPUS_DIR, ONMT_VENV, REPO, earlier_traini
                                      matmul_peak_process, recipe_model, run_logged, train_both)
 
 
+VOCAB_SIZE = 8000  # SentencePiece pieces, both systems' one vocabulary
+
+
 def parse_args():
     """The protocol's options; bench/compare/README.md says what each does."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -32,7 +35,6 @@ def parse_args():
     parser.add_argument("--corpus_dir", default=CORPUS_DIR)
     parser.add_argument("--work_dir", default=os.path.join(REPO, "bench", "out", "compare"))
     parser.add_argument("--plot", default="", help="Default: WORK_DIR/learning_curves.png.")
-    parser.add_argument("--vocab_size", type=int, default=8000)
     parser.add_argument("--skip", default="",
                         help="Comma list of: opennmt,ours,ctranslate2,decode. A system skipped in "
                              "training keeps its entry of an earlier WORK_DIR/training.json.")
@@ -51,7 +53,7 @@ def parse_args():
     return parser.parse_args()
 
 
-def prepare_data(args, work):
+def prepare_data(corpus_dir, work, test_sentences=0):
     """Vocabulary, pieces files, OpenNMT-tf vocabulary; returns paths and length stats."""
     import sentencepiece as spm
 
@@ -60,9 +62,9 @@ def prepare_data(args, work):
     data = os.path.join(work, "data")
     os.makedirs(data, exist_ok=True)
     vocab = os.path.join(data, "vocab.model")
-    pairs = {s: corpus.read_tsv(f"{args.corpus_dir}/{s}.tsv") for s in ("train", "dev", "test")}
+    pairs = {s: corpus.read_tsv(f"{corpus_dir}/{s}.tsv") for s in ("train", "dev", "test")}
     if not os.path.exists(vocab):
-        tokenizer.train_sentencepiece(pairs["train"], args.vocab_size, vocab)
+        tokenizer.train_sentencepiece(pairs["train"], VOCAB_SIZE, vocab)
     sp = spm.SentencePieceProcessor(model_file=vocab)
     for split, p in pairs.items():
         for side, texts in (("en", p.sources), ("de", p.targets)):
@@ -81,7 +83,7 @@ def prepare_data(args, work):
     src = [len(sp.encode(t)) for t in pairs["train"].sources]
     tgt = [len(sp.encode(t)) for t in pairs["train"].targets]
     test = pairs["test"]
-    n = args.test_sentences or len(test.sources)
+    n = test_sentences or len(test.sources)
     return {"data": data, "vocab": vocab, "onmt_vocab": onmt_vocab, "sp": sp,
             "dev_sources": pairs["dev"].sources, "dev_targets": pairs["dev"].targets,
             "mean_source": statistics.mean(src), "mean_target": statistics.mean(tgt),
@@ -118,11 +120,11 @@ def main():
     cpu = precisions.read_cpuinfo()
     ours_trainings = precisions.ours_trainings(args.ours_dtype, args.ours_dtypes, cpu)
     args.export_dtypes = precisions.export_dtypes(args.ours_export_dtypes, cpu)
-    d = prepare_data(args, work)
+    d = prepare_data(args.corpus_dir, work, args.test_sentences)
     from tf_transformer.model import flops
 
     peak = matmul_peak_process(one_core=args.concurrent)
-    model = recipe_model(args.vocab_size)
+    model = recipe_model(VOCAB_SIZE)
     s, t = d["mean_source"], d["mean_target"]
     # One FLOP count for both systems: a training step over mean-length pairs
     # (EOS on both sides, BOS-shifted target), per counted token.

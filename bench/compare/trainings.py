@@ -36,8 +36,7 @@ def run_logged(command, log_path, cwd=REPO, env=None, cpus=None):
     Each line of stdout+stderr is kept with the seconds since the start. `cpus` (a set of
     core numbers) pins the process there; TensorFlow sizes its thread pools to it.
     """
-    time_bin = "/usr/bin/time"
-    full = ([time_bin, "-v"] if os.path.exists(time_bin) else []) + command
+    full = (["/usr/bin/time", "-v"] if os.path.exists("/usr/bin/time") else []) + command
     print("$ " + " ".join(command), flush=True)
     start = time.time()
     process = subprocess.Popen(full, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
