@@ -30,7 +30,7 @@ OPENNMT_SETTING = "onmt_w1600_pre"
 OPENNMT_SCHEDULE = {"warmup_steps": 1600, "pre_norm": True}
 
 
-def run_logged(command, log_path, cwd=REPO, env=None, cpus=None):
+def run_logged(command, log_path, env=None, cpus=None):
     """Runs `command` under /usr/bin/time -v; returns (timestamped lines, peak RSS MB, rc).
 
     Each line of stdout+stderr is kept with the seconds since the start. `cpus` (a set of
@@ -39,7 +39,7 @@ def run_logged(command, log_path, cwd=REPO, env=None, cpus=None):
     full = (["/usr/bin/time", "-v"] if os.path.exists("/usr/bin/time") else []) + command
     print("$ " + " ".join(command), flush=True)
     start = time.time()
-    process = subprocess.Popen(full, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    process = subprocess.Popen(full, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                text=True, errors="replace", preexec_fn=_pinned_to(cpus),
                                env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
     lines = []
@@ -49,11 +49,10 @@ def run_logged(command, log_path, cwd=REPO, env=None, cpus=None):
             lines.append((elapsed, line.rstrip("\n")))
             log.write(f"{elapsed:9.1f} {line}")
         rc = process.wait()
-    rss = [int(m.group(1)) for _, l in lines
-           for m in [re.search(r"Maximum resident set size \(kbytes\): (\d+)", l)] if m]
+    rss = re.findall(r"Maximum resident set size \(kbytes\): (\d+)", "\n".join(l for _, l in lines))
     if rc:
         print(f"  exit status {rc}; see {log_path}", flush=True)
-    return lines, (rss[-1] / 1024 if rss else None), rc
+    return lines, (int(rss[-1]) / 1024 if rss else None), rc
 
 
 def _pinned_to(cpus):
