@@ -51,10 +51,8 @@ def add_dev_curves(args, work, d, results) -> None:
                          os.path.join(work, f"dev_curve_{key}.hyp"), references)
 
     def score_opennmt(checkpoint, key):
-        return opennmt_bleu(run, os.path.join(trainings.ONMT_VENV, "onmt-main"),
-                            results["opennmt"]["base_args"] + ["--checkpoint_path", checkpoint],
-                            pieces, os.path.join(work, "dev_curve_opennmt.pred.sp"), d["sp"],
-                            references)
+        return opennmt_bleu(run, results["opennmt"]["base_args"] + ["--checkpoint_path", checkpoint],
+                            pieces, os.path.join(work, "dev_curve_opennmt.pred.sp"), d["sp"], references)
 
     for name in training_keys(results):  # ours, ours_DTYPE..., opennmt
         score = score_opennmt if name == "opennmt" else score_ours

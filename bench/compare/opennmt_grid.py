@@ -21,7 +21,7 @@ import os
 
 from bench.compare.run_protocol import prepare_data
 from bench.compare.scoring import opennmt_bleu, write_pieces
-from bench.compare.trainings import CORPUS_DIR, HERE, ONMT_VENV, OPENNMT_SCHEDULE, REPO, run_logged
+from bench.compare.trainings import CORPUS_DIR, HERE, ONMT_MAIN, OPENNMT_SCHEDULE, REPO, run_logged
 
 GRID = {  # name -> (dropout, attention_dropout, ffn_dropout, label_smoothing)
     "d01_ls01": (0.1, 0.1, 0.1, 0.1),
@@ -69,15 +69,14 @@ def run_setting(d, work, name) -> dict:
         with open(done) as f:
             return json.load(f)
     args = onmt_args(d, setting_dir, GRID[name])
-    onmt_main = os.path.join(ONMT_VENV, "onmt-main")
-    _, _, rc = run_logged([onmt_main, "--log_level", "INFO", *args, "train", "--with_eval"],
+    _, _, rc = run_logged([ONMT_MAIN, "--log_level", "INFO", *args, "train", "--with_eval"],
                           os.path.join(work, f"{name}_train.log"))
     if rc:
         raise SystemExit(f"{name}: onmt-main train exited with {rc}")
     averaged = args + ["--checkpoint_path", os.path.join(setting_dir, "avg")]
     dev = opennmt_bleu(lambda command: run_logged(command, os.path.join(work, f"{name}_dev.log")),
-                       onmt_main, averaged, d["dev_en"], os.path.join(setting_dir, "dev.pred.sp"),
-                       d["sp"], d["dev_targets"][:DEV_PAIRS])
+                       averaged, d["dev_en"], os.path.join(setting_dir, "dev.pred.sp"), d["sp"],
+                       d["dev_targets"][:DEV_PAIRS])
     result = {"name": name, "setting": GRID[name], "dev_bleu": dev, "onmt_args": averaged}
     with open(done, "w") as f:
         json.dump(result, f)
@@ -105,9 +104,8 @@ def main():
     scored = os.path.join(work, "test_bleu.json")
     if args.score_test and not os.path.exists(scored):
         test = opennmt_bleu(lambda command: run_logged(command, os.path.join(work, "test.log")),
-                            os.path.join(ONMT_VENV, "onmt-main"), best["onmt_args"],
-                            os.path.join(d["data"], "test.en.sp"), os.path.join(work, "test.pred.sp"),
-                            d["sp"], d["test_targets"])
+                            best["onmt_args"], os.path.join(d["data"], "test.en.sp"),
+                            os.path.join(work, "test.pred.sp"), d["sp"], d["test_targets"])
         with open(scored, "w") as f:
             json.dump({"name": best["name"], "test_bleu": test}, f)
     if os.path.exists(scored):

@@ -99,8 +99,7 @@ def test_bleu(args, work, d, results):
         onmt = results["opennmt"]
         onmt["test_bleu"] = opennmt_bleu(
             lambda command: run_logged(command, os.path.join(work, "opennmt_infer.log")),
-            os.path.join(ONMT_VENV, "onmt-main"), onmt["base_args"], sources,
-            os.path.join(work, "opennmt_test.pred.sp"), d["sp"], refs)
+            onmt["base_args"], sources, os.path.join(work, "opennmt_test.pred.sp"), d["sp"], refs)
         onmt["test_decode_seconds"] = time.time() - start
     for key in ours_keys(results) if "ours" not in skip else ():  # each of our trainings
         start = time.time()

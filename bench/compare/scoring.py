@@ -2,7 +2,6 @@
 the raw references, of each system's own decoder (test BLEU and the dev curves); the
 SentencePiece pieces files the peers translate."""
 
-import os
 import sys
 
 
@@ -23,10 +22,12 @@ def ours_bleu(run, model_dir, data, flags, hypotheses, references) -> float:
         return bleu([line.rstrip("\n") for line in f], references)
 
 
-def opennmt_bleu(run, onmt_main, flags, features, predictions, sp, references) -> float:
-    """BLEU of `onmt-main FLAGS infer` on the pieces file `features`, its pieces in
-    `predictions`, detokenized by the SentencePiece processor `sp`; `run(command)`."""
-    run([onmt_main, *flags, "infer", "--features_file", features, "--predictions_file", predictions])
+def opennmt_bleu(run, flags, features, predictions, sp, references) -> float:
+    """BLEU of `onmt-main FLAGS infer` (the OpenNMT-tf venv's) on the pieces file `features`,
+    its pieces in `predictions`, detokenized by the SentencePiece processor `sp`; `run(command)`."""
+    from bench.compare.trainings import ONMT_MAIN
+
+    run([ONMT_MAIN, *flags, "infer", "--features_file", features, "--predictions_file", predictions])
     with open(predictions, encoding="utf-8") as f:
         return bleu([sp.decode(line.split()) for line in f], references)
 

@@ -18,6 +18,7 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 CORPUS_DIR = os.path.join(REPO, "..", "shared", "corpora", "libreoffice-help.en-de")
 
 ONMT_VENV = os.path.join(HERE, ".venvs", "opennmt", "bin")
+ONMT_MAIN = os.path.join(ONMT_VENV, "onmt-main")
 CT2_VENV = os.path.join(HERE, ".venvs", "ctranslate2", "bin")
 # The start of the line opennmt_train.py exits with when its wall-clock patch no longer
 # fits the installed OpenNMT-tf (opennmt_train.PATCH_ERROR; that module imports OpenNMT-tf).
