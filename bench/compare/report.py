@@ -53,12 +53,12 @@ def ours_keys(results) -> list:
                   key=lambda k: (k != "ours", k))
 
 
-def line(name, a, b, unit="", a_name="ours", b_name="opennmt"):
+def line(name, a, b, a_name, b_name="opennmt"):
     """NAME: A_NAME=a B_NAME=b ratio=a/b (without the ratio when a figure is missing)."""
     if a is None or b is None or b == 0:
         print(f"{name}: {a_name}={a} {b_name}={b}")
-        return
-    print(f"{name}: {a_name}={a:.2f}{unit} {b_name}={b:.2f}{unit} ratio={a / b:.2f}")
+    else:
+        print(f"{name}: {a_name}={a:.2f} {b_name}={b:.2f} ratio={a / b:.2f}")
 
 
 def report_precisions(results):
@@ -76,14 +76,15 @@ def report_training(key, r, results, tag=""):
     counts, MFU, peak memory, dev BLEU (OpenNMT-tf's too for the primary) and test BLEU,
     each line's name followed by `tag`."""
     onmt, common = results.get("opennmt") or {}, results["common_tokens"]
-    for title, name, counted in (("train_tokens_per_sec (own count)", "tokens_per_sec", False),
-                                 ("train_tokens_per_sec (common count: pieces + target EOS)", "tokens_per_sec", True),
-                                 ("train_real_tokens_per_step (common count)", "tokens_per_step", True),
-                                 ("train_mfu", "mfu", False), ("train_peak_rss_mb", "peak_rss_mb", False)):
+    for title, name, counted in (
+            ("train_tokens_per_sec (own count)", "tokens_per_sec", False),
+            ("train_tokens_per_sec (common count: pieces + target EOS)", "tokens_per_sec", True),
+            ("train_real_tokens_per_step (common count)", "tokens_per_step", True),
+            ("train_mfu", "mfu", False), ("train_peak_rss_mb", "peak_rss_mb", False)):
         a, b = r.get(name), onmt.get(name)
         if counted:  # each system's own count rescaled to the common one
             a, b = a and a * common["ours"], b and b * common["opennmt"]
-        line(title + tag, a, b, a_name=key)
+        line(title + tag, a, b, key)
     for name, trained in ((key, r), ("opennmt", onmt)) if not tag else ((key, r),):
         if trained.get("curve_dev_bleu"):
             t, best = max(trained["curve_dev_bleu"], key=lambda point: point[1])
@@ -118,7 +119,7 @@ def report_decode_precisions(dec):
             best = precisions.fastest_peer(dec, key)
             if best:
                 line(f"decode {key} vs fastest ctranslate2", dec[ours_name].get(key), best[1],
-                     a_name=ours_name, b_name=best[0])
+                     ours_name, best[0])
     bleus = {name: figures.get("bleu_of_this_decoder") for name, figures in dec.items() if figures}
     if bleus:
         print("decode bleu_of_every_export: " + " ".join(
@@ -157,10 +158,8 @@ def report(results):
         if ours_d.get("xla_compiled_shapes"):
             print(f"decode {ours_name} warm-up: {ours_d['xla_compiled_shapes']} shapes compiled "
                   f"in {ours_d['xla_warmup_seconds']:.0f} s (not in the timings)")
-        for peer in ("ctranslate2_float32", "ctranslate2_int8", "opennmt_savedmodel"):
-            p = dec.get(peer) or {}
+        for peer in precisions.CTRANSLATE2_ROWS + ("opennmt_savedmodel",):
             for key in ("target_tokens_per_sec", "sentences_per_sec", "latency_p50_ms",
                         "latency_p99_ms", "process_peak_rss_mb", "bleu_of_this_decoder"):
-                line(f"decode {key}", ours_d.get(key), p.get(key), a_name=ours_name,
-                     b_name=peer)
+                line(f"decode {key}", ours_d.get(key), (dec.get(peer) or {}).get(key), ours_name, peer)
     report_decode_precisions(dec)
