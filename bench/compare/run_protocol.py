@@ -22,7 +22,6 @@ from bench.compare.scoring import opennmt_bleu, ours_bleu, write_pieces  # noqa:
 from bench.compare.trainings import (CORPUS_DIR, ONMT_VENV, REPO, earlier_trainings,  # noqa: E402
                                      matmul_peak_process, recipe_model, run_logged, train_both)
 
-
 VOCAB_SIZE = 8000  # SentencePiece pieces, both systems' one vocabulary
 
 
@@ -80,13 +79,11 @@ def prepare_data(corpus_dir, work, test_sentences=0):
         subprocess.run([os.path.join(ONMT_VENV, "onmt-build-vocab"), "--from_vocab", sp_vocab,
                         "--from_format", "sentencepiece", "--save_vocab", onmt_vocab], check=True,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    src = [len(sp.encode(t)) for t in pairs["train"].sources]
-    tgt = [len(sp.encode(t)) for t in pairs["train"].targets]
-    test = pairs["test"]
-    n = test_sentences or len(test.sources)
+    train, test, n = pairs["train"], pairs["test"], test_sentences or None  # 0: all
     return {"data": data, "vocab": vocab, "onmt_vocab": onmt_vocab, "sp": sp,
             "dev_sources": pairs["dev"].sources, "dev_targets": pairs["dev"].targets,
-            "mean_source": statistics.mean(src), "mean_target": statistics.mean(tgt),
+            "mean_source": statistics.mean(len(sp.encode(t)) for t in train.sources),
+            "mean_target": statistics.mean(len(sp.encode(t)) for t in train.targets),
             "test_sources": test.sources[:n], "test_targets": test.targets[:n]}
 
 
