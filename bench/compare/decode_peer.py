@@ -25,8 +25,7 @@ def load_system(args):
     if args.system == "ctranslate2":
         import ctranslate2
 
-        translator = ctranslate2.Translator(args.model, device="cpu",
-                                            compute_type=args.compute_type,
+        translator = ctranslate2.Translator(args.model, device="cpu", compute_type=args.compute_type,
                                             inter_threads=1, intra_threads=args.threads)
 
         def run(lines):
