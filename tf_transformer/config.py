@@ -143,7 +143,7 @@ class DataConfig:
             raise ConfigError("bucket_multiple and min_bucket must be positive")
 
 
-DECODE_DTYPES = ("float32", "bfloat16")
+DECODE_DTYPES = ("float32", "bfloat16", "int8")
 # "auto": resolved by training/precision.py before the config is written (never stored).
 TRAIN_DTYPES = ("float32", "mixed_bfloat16", "mixed_float16", "auto")
 
@@ -221,6 +221,8 @@ class DecodeConfig:
     # Weights and matrix products of the Translator: float32, or bfloat16 (half the
     # weights' bytes; products on the CPU's bfloat16 matrix units, AMX, through oneDNN).
     # Scores, softmax statistics, layer norms and the search's arithmetic stay float32.
+    # int8: a bfloat16 model whose decoding step projects with int8 weights through
+    # oneDNN's quantized matmul (model/quantized.py; graph mode only, no XLA).
     dtype: str = "float32"
 
     def __post_init__(self):
@@ -228,6 +230,9 @@ class DecodeConfig:
             raise ConfigError("beam_size must be >= 1")
         if self.dtype not in DECODE_DTYPES:
             raise ConfigError(f"decode dtype must be one of {DECODE_DTYPES}, got {self.dtype!r}")
+        if self.dtype == "int8" and self.jit_compile:
+            raise ConfigError("decode dtype int8 runs in graph mode: XLA (jit_compile) has no "
+                              "kernel for its quantized matmul (_QuantizedMatMul)")
         if self.parallel_searches < 1:
             raise ConfigError("parallel_searches must be >= 1")
         if not 1 <= self.nbest <= self.beam_size:

@@ -135,8 +135,10 @@ def define_decode_flags(nbest_help: str | None, batch_size: bool = True,
                              "this many sub-batches side by side; default: config.json's (2).")
     if dtype:
         flags.DEFINE_enum("dtype", None, list(DECODE_DTYPES),
-                          "Weights and matrix products of the search: float32, or bfloat16 "
-                          "(fast on CPUs with bfloat16 matrix units, AMX; scores stay float32); "
+                          "Weights and matrix products of the search: float32, bfloat16 "
+                          "(fast on CPUs with bfloat16 matrix units, AMX; scores stay float32), "
+                          "or int8 (bfloat16, the decoding step's projections and output layer "
+                          "int8 through oneDNN's quantized matmul; no --decode_jit_compile); "
                           "default: config.json's (float32).")
 
 

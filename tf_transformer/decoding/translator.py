@@ -24,10 +24,9 @@ never a correct output, and it would detokenize to " ⁇ ".
 and `extra_length` may be overridden per call: a negative value, the default,
 means the configured one. A beam of 1 is greedy decoding on the same path.
 
-`decode_config.dtype` is the model's (Translator.from_model_dir builds it so):
-bfloat16 weights and products (model/kernels.py: on oneDNN, the CPU's matrix
-units), while scores, the softmax statistics and the search's arithmetic stay
-float32 and tokenization is unchanged.
+`decode_config.dtype`: bfloat16, the model's weights and products (on oneDNN: model/kernels.py),
+or int8, a bfloat16 model whose step projects in int8 (model/quantized.py); from_model_dir
+builds the model so. Scores, softmax statistics and the search stay float32.
 
 In graph mode the decoding cache grows by chunks of positions, and on a CPU
 a large batch is searched as `parallel_searches` sub-batches side by side (on
@@ -57,7 +56,7 @@ from tf_transformer.decoding.compiled_search import CompiledSearch
 from tf_transformer.decoding.model_search import ModelSearch
 from tf_transformer.inputs import tokenizer as tokenizer_lib
 from tf_transformer.inputs.tokenizer import Tokenizer, TokenizerPair
-from tf_transformer.model import kernels
+from tf_transformer.model import kernels, quantized
 from tf_transformer.model.transformer import Transformer
 from tf_transformer.model_dir import ModelDir, load_model
 from tf_transformer.search import prefix as prefix_lib
@@ -113,7 +112,8 @@ class Translator(tf.Module):
         self.jit_compile = bool(decode_config.jit_compile)
         self.parallel_searches = searches_per_batch(decode_config,
                                                     device_type or kernels.device_type())
-        self.dtype = str(model.compute_dtype)  # of the weights' products (DecodeConfig.dtype)
+        decode_step = quantized.decode_step(model, decode_config, decode_step)  # int8's
+        self.dtype = quantized.dtype_of(model, decode_step)  # DecodeConfig.dtype's
         # Without a tokenizer (ids in, ids out) no id is forbidden.
         byte_fallback = self.target_tokenizer is not None and self.target_tokenizer.byte_fallback
         never_ids = (UNK_ID,) if byte_fallback else ()
@@ -140,8 +140,8 @@ class Translator(tf.Module):
         """
         config = config or model_dir.read_config()
         decode_config = decode_config or config.decode
-        config, model, paths = load_model(model_dir, checkpoint, average_last,
-                                          dtype=decode_config.dtype, config=config)
+        config, model, paths = load_model(model_dir, checkpoint, average_last, config=config,
+                                          dtype=quantized.model_dtype(decode_config.dtype))
         logging.info("restored %s", ", ".join(paths))
         tokenizer = tokenizer_lib.load(*model_dir.vocab_paths())
         translator = cls(model, tokenizer, decode_config, config.data.max_length)

@@ -26,7 +26,10 @@ explicitly (no module state):
             kernels that run bfloat16 on the CPU's matrix units, over an
             encoder memory padded to a multiple of 16 positions.
 
-`for_inference(dtype)` gives a Translator its encoding and step policies.
+`for_inference(dtype)` gives a Translator its encoding and step policies; an
+int8 Translator's model is bfloat16 (BFLOAT16_ENCODING, BFLOAT16_STEP for what
+is not quantized), its step's projections oneDNN's quantized matmul
+(`quantized_matmul`, driven by model/quantized.py).
 
 Under XLA every choice compiles to the same dot. The private TensorFlow ops
 the decoding cache writes with, and the kernel registry that decides where the
@@ -40,8 +43,12 @@ import dataclasses
 from typing import Callable
 
 import tensorflow as tf
+from tensorflow.python.eager import context, execute
 from tensorflow.python.framework import kernels as tf_kernels
+from tensorflow.python.framework import op_def_library, op_def_registry
 from tensorflow.python.ops import gen_array_ops
+
+from tf_transformer.config import ConfigError
 
 Product = Callable[..., tf.Tensor]  # (x, y, adj_y=False) -> x y or x y^T
 
@@ -117,8 +124,9 @@ class InferenceKernels:
 
 
 def for_inference(dtype) -> InferenceKernels:
-    """The kernels a Translator's model of compute dtype `dtype` runs on."""
-    if tf.as_dtype(dtype) == tf.bfloat16:
+    """The kernels a Translator's model of compute dtype `dtype` runs on ("int8": its
+    bfloat16 model's, the quantized projections aside)."""
+    if tf.as_dtype(dtype) in (tf.bfloat16, tf.int8):
         return InferenceKernels(encoding=BFLOAT16_ENCODING, step=BFLOAT16_STEP)
     return InferenceKernels(encoding=ENCODING, step=STEP)
 
@@ -170,3 +178,73 @@ def distinct_zeros(shape: tf.Tensor, dtype: tf.DType) -> tf.Tensor:
     never merges two of them, where two equal `tf.zeros` become one tensor
     (and so would every in-place write into them)."""
     return gen_array_ops.empty(shape, dtype, init=True)
+
+
+# -- oneDNN's quantized matmul -------------------------------------------------
+QUANTIZED_MATMUL = "_QuantizedMatMul"
+_QUANTIZE = "QuantizeV2"
+
+
+def require_quantized_matmul() -> None:
+    """Raises ConfigError unless this TensorFlow build has oneDNN's quantized matmul
+    (`_QuantizedMatMul` on the CPU for int8 activations and weights, float32 output)
+    and QuantizeV2 for int8: builds without oneDNN register neither."""
+    for op_type, attr in ((QUANTIZED_MATMUL, "T1"), (_QUANTIZE, "T")):
+        if op_def_registry.get(op_type) is None or not has_kernel(op_type, "CPU", tf.qint8, attr):
+            raise ConfigError(
+                f"int8 decoding needs TensorFlow's {op_type} op with an int8 CPU kernel, which "
+                f"this TensorFlow build ({tf.__version__}) does not register (it comes with "
+                "oneDNN builds, the default x86 Linux wheel); decode in float32 or bfloat16")
+
+
+def quantize_rows(x: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+    """float32 x -> (qint8 x, min, max): symmetric per-tensor int8 over the tensor's own
+    range, round(127 x / max|x|) (QuantizeV2, SCALED, narrow range: -127..127; a range
+    under 0.01 is widened to it). min = -max: the range `quantized_matmul` takes."""
+    limit = tf.reduce_max(tf.abs(x))
+    return tuple(tf.raw_ops.QuantizeV2(input=x, min_range=-limit, max_range=limit, T=tf.qint8,
+                                       mode="SCALED", round_mode="HALF_TO_EVEN",
+                                       narrow_range=True))
+
+
+def quantized_matmul(x: tf.Tensor, x_min: tf.Tensor, x_max: tf.Tensor, weights: tf.Tensor,
+                     weights_min: tf.Tensor, weights_max: tf.Tensor, bias: tf.Tensor,
+                     relu: bool = False, weights_constant: bool = True) -> tf.Tensor:
+    """relu?(dequantized(x) dequantized(weights) + bias), float32 [m, n], as one oneDNN
+    kernel: `_QuantizedMatMul` with fused BiasAdd(, Relu) and Dequantize.
+
+    x: qint8 [m, k] on the scale max(|x_min|, |x_max|) / 127 (`quantize_rows`);
+    weights: int8 or qint8 [k, n], output channel j on the scale
+    max(|weights_min[j]|, |weights_max[j]|) / 127 (float32 [n] each: oneDNN keys its
+    kernels on their buffers, so pass the same tensors every call, not new ones);
+    bias float32 [n]. The accumulation is int32
+    (on AMX tiles where the CPU has them); both scales are applied to it in float32.
+    `weights_constant`: the kernel keeps its reordered copy of the first weights (and
+    bias) it sees, so a graph must give each op the same (constant) weights every call;
+    an eager op's kernel is shared by every call, so eager callers pass False."""
+    fused = ["BiasAdd", "Relu", "Dequantize"] if relu else ["BiasAdd", "Dequantize"]
+    # int8 weights: a loop carries its captured constants, and loops have no qint8 kernels.
+    weights = tf.bitcast(weights, tf.qint8) if weights.dtype == tf.int8 else weights
+    inputs = [x, weights, bias, x_min, x_max, weights_min, weights_max]
+    attrs = dict(T1=tf.qint8, T2=tf.qint8, Tbias=tf.float32, Tout=tf.float32, U=tf.float32,
+                 Tdevice_inputs=[t.dtype for t in inputs], Thost_inputs=[],
+                 Tdevice_outputs=[tf.float32], Thost_outputs=[], fused_ops=fused,
+                 transpose_a=False, transpose_b=False, is_weight_const=weights_constant,
+                 is_bias_const=weights_constant, input_quant_mode="SCALED",
+                 output_quant_mode="SCALED",
+                 leakyrelu_alpha=0.2)
+    if not tf.executing_eagerly():
+        op = op_def_library._apply_op_helper(QUANTIZED_MATMUL, name="QuantizedMatMul",
+                                             device_inputs=inputs, host_inputs=[],
+                                             **{k: v for k, v in attrs.items()
+                                                if k not in ("Tdevice_inputs", "Thost_inputs")})[2]
+        return op.outputs[0]
+    flat = []
+    for name, value in attrs.items():
+        if isinstance(value, tf.DType):
+            value = value.as_datatype_enum
+        elif isinstance(value, list) and name.startswith("T"):
+            value = [t.as_datatype_enum for t in value]
+        flat += [name, value]
+    return execute.execute(QUANTIZED_MATMUL, 1, inputs=inputs, attrs=tuple(flat),
+                           ctx=context.context())[0]

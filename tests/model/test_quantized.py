@@ -1,0 +1,155 @@
+"""model/quantized.py and kernels.quantized_matmul: the int8 product is the per-channel
+int8 arithmetic (exact on integers, within the dequantization bound of the float
+product), and an int8 step is the model's step with its projections in int8."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from layer_fixtures import TINY, random_batch
+
+from tf_transformer.config import ConfigError, DecodeConfig
+from tf_transformer.model import build_model, cache, kernels, quantized
+
+
+def _graph(function):
+    return tf.function(function, autograph=False)
+
+
+@pytest.fixture(scope="module")
+def model():
+    return build_model(TINY)
+
+
+@pytest.fixture(scope="module")
+def int8_step(model):
+    return quantized.Int8Step(model)
+
+
+def _float_reference(x, kernel, bias, relu):
+    y = x.astype(np.float64) @ kernel.astype(np.float64) + bias
+    return np.maximum(y, 0) if relu else y
+
+
+@pytest.mark.parametrize("relu", [False, True])
+@pytest.mark.parametrize("mode", ["eager", "graph"])
+def test_the_product_is_exact_on_integers(relu, mode):
+    """Activations of range 127 and columns of range 127 are their own int8 values (scale
+    1): the fused kernel's float32 output is the integer product plus bias, exactly."""
+    rng = np.random.default_rng(0)
+    x = rng.integers(-127, 128, size=(6, 40)).astype(np.float32)
+    x[0, 0] = 127.0
+    kernel = rng.integers(-127, 128, size=(40, 24)).astype(np.float32)
+    kernel[0] = 127.0  # every column's range is 127
+    bias = rng.integers(-1000, 1000, size=24).astype(np.float32)
+    weight = quantized.quantize_weight(kernel, bias)
+    np.testing.assert_array_equal(weight.values.numpy(), kernel.astype(np.int8))
+
+    def product(x):
+        return quantized.linear(x, weight, relu=relu)
+
+    got = (product if mode == "eager" else _graph(product))(tf.constant(x)).numpy()
+    np.testing.assert_array_equal(got, _float_reference(x, kernel, bias, relu))
+
+
+def test_weights_are_per_channel_symmetric_int8():
+    rng = np.random.default_rng(1)
+    kernel = rng.normal(size=(16, 8)).astype(np.float32) * np.geomspace(1e-3, 10, 8)
+    kernel[:, 3] = 0.0  # a zero channel
+    weight = quantized.quantize_weight(kernel)
+    values = weight.values.numpy()
+    assert values.dtype == np.int8
+    assert np.abs(values).max(axis=0).tolist() == [127] * 3 + [0] + [127] * 4
+    np.testing.assert_allclose(weight.ranges.numpy()[[0, 7]], np.abs(kernel).max(axis=0)[[0, 7]])
+    np.testing.assert_array_equal(weight.negative_ranges.numpy(), -weight.ranges.numpy())
+    error = np.abs(quantized.dequantized(weight) - kernel)
+    assert np.all(error <= weight.ranges.numpy() / 254 * (1 + 1e-5))
+
+
+@pytest.mark.parametrize("relu", [False, True])
+def test_the_product_is_the_numpy_int8_reference_and_within_its_bound(relu):
+    """Random floats: the kernel computes the per-tensor (activations) x per-channel
+    (weights) int8 product, dequantized, to float32 rounding; it differs from the float
+    product by at most the dequantization bound sum_i |x_i| dw_j + |w_ij| dx + dx dw_j
+    (dx = max|x| / 254, dw_j = range_j / 254)."""
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(33, 64)).astype(np.float32)
+    kernel = (rng.normal(size=(64, 48)) * 0.1).astype(np.float32)
+    bias = rng.normal(size=48).astype(np.float32)
+    weight = quantized.quantize_weight(kernel, bias)
+    got = _graph(lambda x: quantized.linear(x, weight, relu=relu))(tf.constant(x)).numpy()
+
+    limit = np.abs(x).max()
+    x_int = np.rint(x * 127 / limit)
+    ranges = weight.ranges.numpy()
+    integers = x_int.astype(np.int64) @ weight.values.numpy().astype(np.int64)
+    reference = integers * (limit / 127) * (ranges / 127) + bias
+    reference = np.maximum(reference, 0) if relu else reference
+    np.testing.assert_allclose(got, reference, rtol=1e-5, atol=1e-5)
+
+    dx, dw = limit / 254, ranges / 254
+    bound = np.abs(x) @ np.broadcast_to(dw, kernel.shape) + dx * np.abs(kernel).sum(0) \
+        + x.shape[1] * dx * dw
+    error = np.abs(got - _float_reference(x, kernel, bias, relu))
+    assert np.all(error <= bound * (1 + 1e-4) + 1e-5)
+    assert error.max() > 0  # it is int8, not a float product
+
+
+def test_an_int8_step_is_the_model_step_with_int8_projections(model, int8_step):
+    """Logits and the alignment row of each step (eager and in a graph, a growing cache)
+    are the float step's within int8's error; the graph's projections are oneDNN's
+    quantized matmul on int8 constants (quantized once), none a float MatMul."""
+    source, target = random_batch()
+    state = model.initial_cache(model.encode(source), source, cache.growing(), True)
+    ours = int8_step.__call__
+    graph_step = _graph(lambda t, s, c: ours(t, s, c, with_attention=True))
+    for step in range(3):
+        step = tf.constant(step)
+        want, want_cache, want_attention = model.decode_step(target, step, state,
+                                                             with_attention=True)
+        for run in (lambda *a: ours(*a, with_attention=True), graph_step):
+            logits, new_cache, attention = run(target, step, state)
+            scale = np.abs(want.numpy()).max()
+            np.testing.assert_allclose(logits, want, atol=0.03 * scale)
+            assert 0 < np.abs(logits - want).max()
+            np.testing.assert_allclose(attention, want_attention, atol=0.02)
+            np.testing.assert_allclose(new_cache.self_attention[0].keys,
+                                       want_cache.self_attention[0].keys, atol=0.05)
+        state = want_cache
+    graph = graph_step.get_concrete_function(target, tf.constant(0), state).graph
+    types = [op.type for op in graph.get_operations()]
+    per_layer = 6  # qkv, self output, cross query, cross output, FFN inner and outer
+    assert types.count("_QuantizedMatMul") == per_layer * TINY.num_layers + 1
+    assert types.count("QuantizeV2") == types.count("_QuantizedMatMul")  # activations only
+    assert not {"MatMul", "BatchMatMulV2"} & set(types)
+    weights = [op.inputs[1] for op in graph.get_operations() if op.type == "_QuantizedMatMul"]
+    assert all(w.op.type == "Bitcast" and w.op.inputs[0].op.type == "Placeholder"
+               and w.op.inputs[0].dtype == tf.int8 for w in weights)  # captured int8 constants
+
+
+def test_an_int8_step_keeps_the_model_dtype_and_float32_logits():
+    model = build_model(TINY, dtype="bfloat16")
+    source, target = random_batch()
+    state = model.initial_cache(model.encode(source), source, cache.growing(), True)
+    logits, new_cache = quantized.Int8Step(model)(target, tf.constant(0), state)
+    assert logits.dtype == tf.float32 and new_cache.self_attention[0].keys.dtype == tf.bfloat16
+    want = model.decode_step(target, tf.constant(0), state)[0]
+    np.testing.assert_allclose(logits, want, atol=0.05 * np.abs(want.numpy()).max())
+
+
+def test_a_build_without_the_quantized_matmul_is_refused_by_name(model, monkeypatch):
+    """A TensorFlow build without oneDNN registers no _QuantizedMatMul kernel: an int8 step
+    is refused at construction with the op's name, not at the first search."""
+    registered = kernels.registered_kernels
+    monkeypatch.setattr(kernels, "registered_kernels", lambda op: (
+        [] if op == kernels.QUANTIZED_MATMUL else registered(op)))
+    with pytest.raises(ConfigError, match="_QuantizedMatMul"):
+        quantized.decode_step(model, DecodeConfig(dtype="int8"))
+    assert quantized.decode_step(model, DecodeConfig(dtype="bfloat16")) is None
+
+
+def test_int8_is_a_decode_dtype_of_graph_mode_only():
+    assert DecodeConfig(dtype="int8").dtype == "int8"
+    with pytest.raises(ConfigError, match="int8"):
+        DecodeConfig(dtype="int8", jit_compile=True)
+    assert quantized.model_dtype("int8") == "bfloat16"
+    assert quantized.model_dtype("float32") == "float32"

@@ -1,0 +1,215 @@
+"""int8 decoding: a Transformer's decoding step with int8 projections (`--dtype=int8`).
+
+A decoding step is a few small products per layer over the batch's beam rows,
+then the output layer over the whole vocabulary, the largest product of the
+step. Here every projection of the step runs as oneDNN's quantized matmul
+(model/kernels.py `quantized_matmul`: int8 x int8 accumulated in int32, on the
+CPU's AMX tiles where it has them) with its bias, ReLU and dequantization fused:
+self-attention's fused q/k/v and its output, cross-attention's query and output,
+both FFN products, and the output layer (the shared embedding's transpose, no
+bias).
+
+Weights: per output channel, symmetric, round(127 w / max|w| of the channel),
+quantized once when the step is made (`Int8Step`), kept as constants: an
+exported graph carries them, restored with the graph, and the float copies of
+the model stay where they were (the `score` signature's teacher-forced pass
+reads them). Activations: per tensor, symmetric over the rows' own range,
+quantized at every call (kernels.quantize_rows): a step's rows share one scale,
+which oneDNN applies with the weights' scales to the int32 sums.
+
+What stays in the model's dtype (bfloat16 for an int8 Translator,
+`MODEL_DTYPE`): the embedding, attention's score and context products and its
+softmax (on the step policy of kernels.for_inference, float32 logits), the layer
+norms and residuals, the encoder and the memory's key/value projections (once
+per sentence: int8 does not pay there). Logits, scores and the search stay
+float32. XLA has no quantized matmul: int8 decodes in graph mode only.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+import tensorflow as tf
+
+from tf_transformer.config import DecodeConfig
+from tf_transformer.model import cache as caches
+from tf_transformer.model import kernels as kernels_lib
+from tf_transformer.model import shapes
+from tf_transformer.model.cache import DecoderCache
+
+INT8 = "int8"
+MODEL_DTYPE = "bfloat16"  # the dtype of an int8 Translator's model (what is not quantized)
+
+
+class QuantizedWeight(NamedTuple):
+    """A [k, n] kernel as int8: values int8 [k, n], ranges float32 [n] (max |w| of each
+    output channel: w ~ values * ranges / 127) and their negatives, bias float32 [n]."""
+
+    values: tf.Tensor
+    ranges: tf.Tensor
+    negative_ranges: tf.Tensor
+    bias: tf.Tensor
+
+
+def quantize_weight(kernel, bias=None) -> QuantizedWeight:
+    """Per-channel symmetric int8 of a [k, n] kernel (channels: its n columns), and its
+    bias (zeros without one), as constants. A zero column keeps range 1 (values 0)."""
+    kernel = np.asarray(kernel, np.float32)
+    ranges = np.abs(kernel).max(axis=0)
+    ranges = np.where(ranges > 0, ranges, 1.0).astype(np.float32)
+    values = np.clip(np.rint(kernel * (127.0 / ranges)), -127, 127).astype(np.int8)
+    bias = np.zeros(kernel.shape[1], np.float32) if bias is None else np.asarray(bias, np.float32)
+    return QuantizedWeight(tf.constant(values), tf.constant(ranges), tf.constant(-ranges),
+                           tf.constant(bias))
+
+
+def dequantized(weight: QuantizedWeight) -> np.ndarray:
+    """The float32 [k, n] kernel `weight` stands for."""
+    values = weight.values.numpy().astype(np.float32)
+    return values * weight.ranges.numpy() / 127.0
+
+
+def linear(x: tf.Tensor, weight: QuantizedWeight, relu: bool = False,
+           dtype: tf.DType | None = None) -> tf.Tensor:
+    """relu?(x W + b) over the last axis: [..., k] -> [..., n] in `dtype` (x's by
+    default), x quantized per tensor, the product oneDNN's quantized matmul."""
+    k = weight.values.shape[0]
+    rows, low, high = kernels_lib.quantize_rows(tf.reshape(tf.cast(x, tf.float32), [-1, k]))
+    y = kernels_lib.quantized_matmul(rows, low, high, weight.values, weight.negative_ranges,
+                                     weight.ranges, weight.bias, relu=relu,
+                                     weights_constant=not tf.executing_eagerly())
+    return tf.cast(tf.reshape(y, shapes.dims(x, -1) + [weight.values.shape[1]]), dtype or x.dtype)
+
+
+class LayerWeights(NamedTuple):
+    """One decoder layer's quantized projections."""
+
+    qkv: QuantizedWeight
+    self_output: QuantizedWeight
+    query: QuantizedWeight
+    cross_output: QuantizedWeight
+    inner: QuantizedWeight
+    outer: QuantizedWeight
+
+
+def _layer_weights(layer) -> LayerWeights:
+    def q(kernel, bias):
+        return quantize_weight(tf.cast(kernel, tf.float32).numpy(),
+                               tf.cast(bias, tf.float32).numpy())
+
+    own, cross, ffn = layer.self_attention, layer.cross_attention, layer.feed_forward
+    return LayerWeights(q(own.qkv_kernel, own.qkv_bias), q(own.output_kernel, own.output_bias),
+                        q(cross.query_kernel, cross.query_bias),
+                        q(cross.output_kernel, cross.output_bias),
+                        q(ffn.inner_kernel, ffn.inner_bias), q(ffn.outer_kernel, ffn.outer_bias))
+
+
+class Int8Step:
+    """A Transformer's `decode_step` (its contract: model.decode_step's, without
+    `kernels`) with the projections in int8; everything else is the model's own
+    layers on the step policy of its compute dtype. The weights are quantized here,
+    once: build it eagerly (as a Translator is built)."""
+
+    def __init__(self, model):
+        kernels_lib.require_quantized_matmul()
+        self.model = model
+        self.kernels = kernels_lib.for_inference(model.compute_dtype).step
+        self.layers = tuple(_layer_weights(layer) for layer in model.decoder.layers)
+        table = model.target_embedding.token_embedding.embeddings  # [vocab, d_model]
+        self.output = quantize_weight(tf.cast(table, tf.float32).numpy().T)
+
+    def __call__(self, ids, step, cache: DecoderCache, with_attention: bool = False):
+        """Logits float32 [batch, vocab] for the token after ids[:, step], the cache with
+        position `step` written, and with `with_attention` the last layer's
+        cross-attention averaged over heads, float32 [batch, S] (model.decode_step's)."""
+        model = self.model
+        vectors = None
+        if caches.made(cache.position_table):
+            vectors = cache.position_table[step][tf.newaxis]
+        x = model.target_embedding(ids[:, step][:, tf.newaxis], start_index=step,
+                                   position_vectors=vectors)
+        new_self, attention = [], None
+        for i, (layer, weights) in enumerate(zip(model.decoder.layers, self.layers)):
+            last = with_attention and i == model.num_layers - 1
+            x, layer_cache, aligned = self._layer_step(
+                layer, weights, x, step, cache.self_attention[i], cache.memory_keys[i],
+                cache.memory_values[i], cache.memory_bias, last)
+            new_self.append(layer_cache)
+            attention = aligned if last else attention
+        y = model.decoder.normalize_output(x)
+        logits = linear(y[:, 0], self.output, dtype=tf.float32)
+        cache = cache._replace(self_attention=tuple(new_self))
+        return (logits, cache, attention) if with_attention else (logits, cache)
+
+    def _layer_step(self, layer, weights: LayerWeights, x, step, self_cache, memory_keys,
+                    memory_values, memory_bias, with_attention: bool):
+        """DecoderLayer.step with int8 projections -> (y, self cache, alignment or None)."""
+        written, aligned = [], []
+
+        def self_attend(y):
+            own = layer.self_attention
+            hk = own.num_heads * own.d_k
+            q, k, v = tf.split(linear(y, weights.qkv), [hk, hk, own.num_heads * own.d_v], -1)
+            q, k, v = (own.split_heads(q, own.d_k), own.split_heads(k, own.d_k),
+                       own.split_heads(v, own.d_v))
+            cache = self_cache.write(tf.cast(k, self_cache.keys.dtype),
+                                     tf.cast(v, self_cache.values.dtype), step)
+            written.append(cache)
+            return self._attend(own, weights.self_output, q, cache.keys, cache.values,
+                                cache.bias(step))[0]
+
+        def cross_attend(y):
+            cross = layer.cross_attention
+            batch = memory_keys.shape[0]
+            batch = tf.shape(memory_keys)[0] if batch is None else batch
+            q = tf.reshape(linear(y, weights.query), [batch, -1, cross.num_heads, cross.d_k])
+            rows = shapes.dims(y, 2)
+            out, probabilities = self._attend(cross, weights.cross_output,
+                                              tf.transpose(q, [0, 2, 1, 3]), memory_keys,
+                                              memory_values, memory_bias, rows)
+            if with_attention:  # [batch, h, group, S] -> [rows, S]: CrossAttention.step's
+                mean = tf.reduce_mean(probabilities, axis=1)
+                aligned.append(tf.reshape(mean, rows + [tf.shape(mean)[-1]])[:, 0])
+            return out
+
+        def feed_forward(y):
+            return linear(linear(y, weights.inner, relu=True), weights.outer)
+
+        x = layer.sublayer("self_attention", x, self_attend, False)
+        x = layer.sublayer("cross_attention", x, cross_attend, False)
+        x = layer.sublayer("feed_forward", x, feed_forward, False)
+        return x, written[0], aligned[0] if aligned else None
+
+    def _attend(self, attention, output: QuantizedWeight, q, k, v, bias, rows=None):
+        """_Attention.attend (no dropout) with its output projection in int8 ->
+        (output, the attention weights float32 [b, h, T, S])."""
+        probabilities = attention.attention_weights(q, k, bias, self.kernels)
+        heads = self.kernels.attention(tf.cast(probabilities, v.dtype), v)  # [b, h, T, d_v]
+        width = attention.num_heads * attention.d_v
+        if heads.shape[2] == 1 and rows is None:  # one query: a reshape
+            heads = tf.reshape(heads, shapes.dims(heads, 1) + [1, width])
+        else:
+            heads = tf.reshape(tf.transpose(heads, [0, 2, 1, 3]),
+                               (rows or shapes.dims(heads, 2)) + [width])
+        return linear(heads, output), probabilities
+
+
+def model_dtype(decode_dtype: str) -> str:
+    """The dtype a Translator's model is loaded in for DecodeConfig.dtype `decode_dtype`."""
+    return MODEL_DTYPE if decode_dtype == INT8 else decode_dtype
+
+
+def dtype_of(model, step) -> str:
+    """A Translator's DecodeConfig.dtype: int8 with an `Int8Step`, else its model's."""
+    return INT8 if isinstance(step, Int8Step) else str(model.compute_dtype)
+
+
+def decode_step(model, decode_config: DecodeConfig, given=None):
+    """The step a Translator searches with: `given` (a tool's) if any, else for
+    `--dtype=int8` an `Int8Step` of `model` (None: the model's own step). Raises
+    ConfigError on a TensorFlow build without oneDNN's quantized matmul (DecodeConfig
+    refuses int8 with jit_compile: XLA has no quantized matmul)."""
+    if given is not None or decode_config.dtype != INT8:
+        return given
+    return Int8Step(model)
