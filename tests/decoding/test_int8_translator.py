@@ -50,8 +50,8 @@ def test_an_int8_translator_steps_on_int8_over_a_bfloat16_model(int8):
 
 def test_outputs_follow_the_float32_search_and_scores_stay_close(int8, float32):
     """int8 weights and activations over a bfloat16 model: most outputs are the float32
-    ones (measured: 25 of 32; the test asks 21), and a same output's score is within
-    3% + 0.1 of float32's (measured: within 0.063)."""
+    ones (measured: 30 of 32; the test asks 21), and a same output's score is within
+    3% + 0.1 of float32's (measured: the largest gap 0.21 on a score near -10)."""
     texts = dev_sentences(32, start=100)
     ours = translate_sentences(int8, texts, batch_size=16)
     full = translate_sentences(float32, texts, batch_size=16)

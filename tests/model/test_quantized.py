@@ -30,25 +30,44 @@ def _float_reference(x, kernel, bias, relu):
     return np.maximum(y, 0) if relu else y
 
 
-@pytest.mark.parametrize("relu", [False, True])
 @pytest.mark.parametrize("mode", ["eager", "graph"])
-def test_the_product_is_exact_on_integers(relu, mode):
-    """Activations of range 127 and columns of range 127 are their own int8 values (scale
-    1): the fused kernel's float32 output is the integer product plus bias, exactly."""
+def test_the_kernel_accumulates_integers_exactly(mode):
+    """int8 rows (scale 1/127) times int8 columns of range 127 (scale 1): the float32
+    output times 127 is the integer product, recovered exactly, plus the bias."""
     rng = np.random.default_rng(0)
-    x = rng.integers(-127, 128, size=(6, 40)).astype(np.float32)
-    x[0, 0] = 127.0
-    kernel = rng.integers(-127, 128, size=(40, 24)).astype(np.float32)
-    kernel[0] = 127.0  # every column's range is 127
-    bias = rng.integers(-1000, 1000, size=24).astype(np.float32)
-    weight = quantized.quantize_weight(kernel, bias)
-    np.testing.assert_array_equal(weight.values.numpy(), kernel.astype(np.int8))
+    x = rng.integers(-127, 128, size=(6, 40)).astype(np.int8)
+    kernel = rng.integers(-127, 128, size=(40, 24)).astype(np.int8)
+    ranges = np.full(24, 127.0, np.float32)
+    integers = x.astype(np.int64) @ kernel.astype(np.int64)
 
     def product(x):
-        return quantized.linear(x, weight, relu=relu)
+        return kernels.quantized_matmul(tf.bitcast(x, tf.qint8), tf.constant(kernel),
+                                        tf.constant(-ranges), tf.constant(ranges),
+                                        tf.zeros([24]), weights_constant=mode == "graph")
 
     got = (product if mode == "eager" else _graph(product))(tf.constant(x)).numpy()
-    np.testing.assert_array_equal(got, _float_reference(x, kernel, bias, relu))
+    np.testing.assert_array_equal(np.rint(got.astype(np.float64) * 127), integers)
+    np.testing.assert_allclose(got, integers / 127, rtol=1e-6)
+
+
+@pytest.mark.parametrize("relu", [False, True])
+def test_integer_valued_rows_and_columns_are_their_own_int8(relu):
+    """Rows and columns whose range is 127 quantize to themselves: the product is the
+    integer product plus bias, to float32 rounding."""
+    rng = np.random.default_rng(3)
+    x = rng.integers(-127, 128, size=(5, 32)).astype(np.float32)
+    x[:, 0] = 127.0
+    kernel = rng.integers(-127, 128, size=(32, 16)).astype(np.float32)
+    kernel[0] = -127.0
+    bias = rng.integers(-1000, 1000, size=16).astype(np.float32)
+    weight = quantized.quantize_weight(kernel, bias)
+    np.testing.assert_array_equal(weight.values.numpy(), kernel.astype(np.int8))
+    rows, ranges = kernels.quantize_rows(tf.constant(x))
+    np.testing.assert_array_equal(tf.bitcast(rows, tf.int8).numpy(), x.astype(np.int8))
+    np.testing.assert_array_equal(ranges.numpy(), np.full((5, 1), 127.0))
+    got = _graph(lambda x: quantized.linear(x, weight, relu=relu))(tf.constant(x)).numpy()
+    np.testing.assert_allclose(got, _float_reference(x, kernel, bias, relu), rtol=1e-6,
+                               atol=1e-3)
 
 
 def test_weights_are_per_channel_symmetric_int8():
@@ -67,10 +86,10 @@ def test_weights_are_per_channel_symmetric_int8():
 
 @pytest.mark.parametrize("relu", [False, True])
 def test_the_product_is_the_numpy_int8_reference_and_within_its_bound(relu):
-    """Random floats: the kernel computes the per-tensor (activations) x per-channel
+    """Random floats: the kernel computes the per-row (activations) x per-channel
     (weights) int8 product, dequantized, to float32 rounding; it differs from the float
-    product by at most the dequantization bound sum_i |x_i| dw_j + |w_ij| dx + dx dw_j
-    (dx = max|x| / 254, dw_j = range_j / 254)."""
+    product by at most the dequantization bound sum_i |x_ri| dw_j + |w_ij| dx_r + dx_r dw_j
+    (dx_r = max|x_r| / 254, dw_j = range_j / 254)."""
     rng = np.random.default_rng(2)
     x = rng.normal(size=(33, 64)).astype(np.float32)
     kernel = (rng.normal(size=(64, 48)) * 0.1).astype(np.float32)
@@ -78,13 +97,19 @@ def test_the_product_is_the_numpy_int8_reference_and_within_its_bound(relu):
     weight = quantized.quantize_weight(kernel, bias)
     got = _graph(lambda x: quantized.linear(x, weight, relu=relu))(tf.constant(x)).numpy()
 
-    limit = np.abs(x).max()
+    x[3] *= 50.0  # a row of another range: the other rows keep their own scales
+    x[4] *= 1e-4  # and a row of a tiny range (QuantizeV2 widens ranges under 0.01 by default)
+    limit = np.abs(x).max(axis=1, keepdims=True)
     x_int = np.rint(x * 127 / limit)
     ranges = weight.ranges.numpy()
     integers = x_int.astype(np.int64) @ weight.values.numpy().astype(np.int64)
     reference = integers * (limit / 127) * (ranges / 127) + bias
     reference = np.maximum(reference, 0) if relu else reference
-    np.testing.assert_allclose(got, reference, rtol=1e-5, atol=1e-5)
+    got = _graph(lambda x: quantized.linear(x, weight, relu=relu))(tf.constant(x)).numpy()
+    np.testing.assert_allclose(got, reference, rtol=1e-5, atol=1e-4)
+    for rows in (slice(0, 2), slice(4, 5)):  # rows do not see their batch (one row alone)
+        alone = _graph(lambda x: quantized.linear(x, weight, relu=relu))(tf.constant(x[rows]))
+        np.testing.assert_array_equal(alone.numpy(), got[rows])
 
     dx, dw = limit / 254, ranges / 254
     bound = np.abs(x) @ np.broadcast_to(dw, kernel.shape) + dx * np.abs(kernel).sum(0) \

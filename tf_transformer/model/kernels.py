@@ -197,35 +197,40 @@ def require_quantized_matmul() -> None:
                 "oneDNN builds, the default x86 Linux wheel); decode in float32 or bfloat16")
 
 
-def quantize_rows(x: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-    """float32 x -> (qint8 x, min, max): symmetric per-tensor int8 over the tensor's own
-    range, round(127 x / max|x|) (QuantizeV2, SCALED, narrow range: -127..127; a range
-    under 0.01 is widened to it). min = -max: the range `quantized_matmul` takes."""
-    limit = tf.reduce_max(tf.abs(x))
-    return tuple(tf.raw_ops.QuantizeV2(input=x, min_range=-limit, max_range=limit, T=tf.qint8,
-                                       mode="SCALED", round_mode="HALF_TO_EVEN",
-                                       narrow_range=True))
+def quantize_rows(x: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """float32 x [m, k] -> (qint8 [m, k], float32 [m, 1]): each row symmetric int8 over
+    its own range r, round(127 x / r) (QuantizeV2, SCALED, narrow range -127..127, per
+    row: axis 0), and r (at least 1e-12: a zero row stays zeros). Per row, a row's
+    values do not depend on the other rows of its batch (nor its translation on its
+    batch-mates). The ranges are ours, not QuantizeV2's outputs, which are a scalar
+    for one row."""
+    ranges = tf.maximum(tf.reduce_max(tf.abs(x), axis=1), 1e-12)
+    values = tf.raw_ops.QuantizeV2(
+        input=x, min_range=-ranges, max_range=ranges, T=tf.qint8, mode="SCALED",
+        round_mode="HALF_TO_EVEN", narrow_range=True, axis=0, ensure_minimum_range=0.0)[0]
+    return values, ranges[:, tf.newaxis]
 
 
-def quantized_matmul(x: tf.Tensor, x_min: tf.Tensor, x_max: tf.Tensor, weights: tf.Tensor,
-                     weights_min: tf.Tensor, weights_max: tf.Tensor, bias: tf.Tensor,
-                     relu: bool = False, weights_constant: bool = True) -> tf.Tensor:
-    """relu?(dequantized(x) dequantized(weights) + bias), float32 [m, n], as one oneDNN
-    kernel: `_QuantizedMatMul` with fused BiasAdd(, Relu) and Dequantize.
+def quantized_matmul(x: tf.Tensor, weights: tf.Tensor, weights_min: tf.Tensor,
+                     weights_max: tf.Tensor, bias: tf.Tensor, relu: bool = False,
+                     weights_constant: bool = True) -> tf.Tensor:
+    """relu?(x/127 dequantized(weights) + bias), float32 [m, n], as one oneDNN kernel:
+    `_QuantizedMatMul` with fused BiasAdd(, Relu) and Dequantize.
 
-    x: qint8 [m, k] on the scale max(|x_min|, |x_max|) / 127 (`quantize_rows`);
-    weights: int8 or qint8 [k, n], output channel j on the scale
-    max(|weights_min[j]|, |weights_max[j]|) / 127 (float32 [n] each: oneDNN keys its
-    kernels on their buffers, so pass the same tensors every call, not new ones);
-    bias float32 [n]. The accumulation is int32
-    (on AMX tiles where the CPU has them); both scales are applied to it in float32.
-    `weights_constant`: the kernel keeps its reordered copy of the first weights (and
-    bias) it sees, so a graph must give each op the same (constant) weights every call;
-    an eager op's kernel is shared by every call, so eager callers pass False."""
+    x: qint8 [m, k] on the scale 1/127 (rows of `quantize_rows`: its ranges multiply
+    the output's rows afterwards); weights: int8 or qint8 [k, n], output channel j on
+    the scale max(|weights_min[j]|, |weights_max[j]|) / 127 (float32 [n] each: oneDNN
+    keys its kernels on their buffers, so pass the same tensors every call, not new
+    ones); bias float32 [n]. The accumulation is int32 (on AMX tiles where the CPU has
+    them), scaled in float32. `weights_constant`: the kernel keeps its reordered copy of
+    the first weights (and bias) it sees, so a graph must give each op the same
+    (constant) weights every call; an eager op's kernel is shared by every call, so
+    eager callers pass False."""
     fused = ["BiasAdd", "Relu", "Dequantize"] if relu else ["BiasAdd", "Dequantize"]
     # int8 weights: a loop carries its captured constants, and loops have no qint8 kernels.
     weights = tf.bitcast(weights, tf.qint8) if weights.dtype == tf.int8 else weights
-    inputs = [x, weights, bias, x_min, x_max, weights_min, weights_max]
+    unit = tf.constant(1.0)  # x's range: a constant, so one oneDNN kernel per shape
+    inputs = [x, weights, bias, -unit, unit, weights_min, weights_max]
     attrs = dict(T1=tf.qint8, T2=tf.qint8, Tbias=tf.float32, Tout=tf.float32, U=tf.float32,
                  Tdevice_inputs=[t.dtype for t in inputs], Thost_inputs=[],
                  Tdevice_outputs=[tf.float32], Thost_outputs=[], fused_ops=fused,

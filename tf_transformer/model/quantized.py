@@ -4,18 +4,21 @@ A decoding step is a few small products per layer over the batch's beam rows,
 then the output layer over the whole vocabulary, the largest product of the
 step. Here every projection of the step runs as oneDNN's quantized matmul
 (model/kernels.py `quantized_matmul`: int8 x int8 accumulated in int32, on the
-CPU's AMX tiles where it has them) with its bias, ReLU and dequantization fused:
-self-attention's fused q/k/v and its output, cross-attention's query and output,
-both FFN products, and the output layer (the shared embedding's transpose, no
-bias).
+CPU's AMX tiles where it has them, dequantized by the weights' scales in the same
+kernel): self-attention's fused q/k/v and its output, cross-attention's query and
+output, both FFN products, and the output layer (the shared embedding's
+transpose, no bias).
 
 Weights: per output channel, symmetric, round(127 w / max|w| of the channel),
 quantized once when the step is made (`Int8Step`), kept as constants: an
 exported graph carries them, restored with the graph, and the float copies of
 the model stay where they were (the `score` signature's teacher-forced pass
-reads them). Activations: per tensor, symmetric over the rows' own range,
-quantized at every call (kernels.quantize_rows): a step's rows share one scale,
-which oneDNN applies with the weights' scales to the int32 sums.
+reads them). Activations: per row, symmetric over the row's own range, quantized
+at every call (kernels.quantize_rows); each output row is then multiplied by its
+input row's range, and the bias and ReLU follow. oneDNN's kernel takes one
+activation scale per tensor, which would fuse the whole epilogue, but a row's
+values would then depend on the other rows of the batch (measured: a sentence's
+translation changed with its batch-mates); per row, they do not.
 
 What stays in the model's dtype (bfloat16 for an int8 Translator,
 `MODEL_DTYPE`): the embedding, attention's score and context products and its
@@ -44,24 +47,26 @@ MODEL_DTYPE = "bfloat16"  # the dtype of an int8 Translator's model (what is not
 
 class QuantizedWeight(NamedTuple):
     """A [k, n] kernel as int8: values int8 [k, n], ranges float32 [n] (max |w| of each
-    output channel: w ~ values * ranges / 127) and their negatives, bias float32 [n]."""
+    output channel: w ~ values * ranges / 127) and their negatives, its bias float32 [n]
+    or None, and float32 zeros [n] (the kernel's fused bias: see `linear`)."""
 
     values: tf.Tensor
     ranges: tf.Tensor
     negative_ranges: tf.Tensor
-    bias: tf.Tensor
+    bias: tf.Tensor | None
+    zeros: tf.Tensor
 
 
 def quantize_weight(kernel, bias=None) -> QuantizedWeight:
     """Per-channel symmetric int8 of a [k, n] kernel (channels: its n columns), and its
-    bias (zeros without one), as constants. A zero column keeps range 1 (values 0)."""
+    bias, as constants. A zero column keeps range 1 (values 0)."""
     kernel = np.asarray(kernel, np.float32)
     ranges = np.abs(kernel).max(axis=0)
     ranges = np.where(ranges > 0, ranges, 1.0).astype(np.float32)
     values = np.clip(np.rint(kernel * (127.0 / ranges)), -127, 127).astype(np.int8)
-    bias = np.zeros(kernel.shape[1], np.float32) if bias is None else np.asarray(bias, np.float32)
-    return QuantizedWeight(tf.constant(values), tf.constant(ranges), tf.constant(-ranges),
-                           tf.constant(bias))
+    bias = None if bias is None else tf.constant(np.asarray(bias, np.float32))
+    return QuantizedWeight(tf.constant(values), tf.constant(ranges), tf.constant(-ranges), bias,
+                           tf.zeros([kernel.shape[1]]))
 
 
 def dequantized(weight: QuantizedWeight) -> np.ndarray:
@@ -73,12 +78,20 @@ def dequantized(weight: QuantizedWeight) -> np.ndarray:
 def linear(x: tf.Tensor, weight: QuantizedWeight, relu: bool = False,
            dtype: tf.DType | None = None) -> tf.Tensor:
     """relu?(x W + b) over the last axis: [..., k] -> [..., n] in `dtype` (x's by
-    default), x quantized per tensor, the product oneDNN's quantized matmul."""
+    default). Each row of x is quantized on its own range (kernels.quantize_rows);
+    oneDNN's quantized matmul applies the weights' scales to the int32 sums, then each
+    row's range and the bias are applied here (oneDNN's scale of the activations is one
+    per tensor; one per row keeps a sentence's translation independent of its batch)."""
     k = weight.values.shape[0]
-    rows, low, high = kernels_lib.quantize_rows(tf.reshape(tf.cast(x, tf.float32), [-1, k]))
-    y = kernels_lib.quantized_matmul(rows, low, high, weight.values, weight.negative_ranges,
-                                     weight.ranges, weight.bias, relu=relu,
+    rows, ranges = kernels_lib.quantize_rows(tf.reshape(tf.cast(x, tf.float32), [-1, k]))
+    y = kernels_lib.quantized_matmul(rows, weight.values, weight.negative_ranges,
+                                     weight.ranges, weight.zeros,
                                      weights_constant=not tf.executing_eagerly())
+    y = y * ranges
+    if weight.bias is not None:
+        y = tf.nn.bias_add(y, weight.bias)
+    if relu:
+        y = tf.nn.relu(y)
     return tf.cast(tf.reshape(y, shapes.dims(x, -1) + [weight.values.shape[1]]), dtype or x.dtype)
 
 
