@@ -5,8 +5,9 @@
 
 What an app that loads the export meets: this process imports tensorflow and
 tensorflow_text only (never tf_transformer), with TensorFlow's default threading
-(--threads=N: N intra-op threads). It loads the export, sends one request of each
-batch size 1, 2, 4, ..., 32 (the warmup), then --requests requests of 1-32 sentences of
+(--threads=N: N intra-op threads). It loads the export, runs its warmup requests
+(assets.extra/warmup_requests.json; an export without one: a request of each batch size
+1, 2, 4, ..., 32), then --requests requests of 1-32 sentences of
 1-60 words drawn from the embedded dev split's words, 1 line in 50 hostile (empty,
 invalid UTF-8, 3000 characters, control characters, punctuation only), until the
 requests or --max_minutes run out. Prints the RSS after loading, after the warmup and
@@ -15,6 +16,7 @@ latency percentiles per batch-size group (`latency_ms`) and the errors.
 """
 
 import argparse
+import json
 import os
 import random
 import time
@@ -52,15 +54,23 @@ def main():
     if args.threads:
         tf.config.threading.set_intra_op_parallelism_threads(args.threads)
     start = rss_mb()
-    serve = tf.saved_model.load(args.export).signatures["serving_default"]
+    model = tf.saved_model.load(args.export)
+    serve = model.signatures["serving_default"]
     loaded = rss_mb()
     with open(DEV, encoding="utf-8") as f:
         lines = [line.split("\t")[0] for line in f]
     words = [w for line in lines for w in line.split()]
-    for size in (1, 2, 4, 8, 16, 32):
-        serve(text=tf.constant(lines[:size]))
+    warmup = os.path.join(args.export, "assets.extra", "warmup_requests.json")
+    if os.path.exists(warmup):
+        with open(warmup, encoding="utf-8") as f:
+            for request in json.load(f):
+                model.signatures[request["signature"]](text=tf.constant(request["text"]))
+    else:
+        for size in (1, 2, 4, 8, 16, 32):
+            serve(text=tf.constant(lines[:size]))
     warm = rss_mb()
     print(f"serving_soak export={args.export} threads={args.threads or 'default'} "
+          f"warmup={'export' if os.path.exists(warmup) else 'sizes'} "
           f"rss_mb start={start:.0f} loaded={loaded:.0f} warm={warm:.0f}", flush=True)
     latencies = {group: [] for group in GROUPS}
     errors, deadline, n = 0, time.time() + 60 * args.max_minutes, 0

@@ -1,26 +1,42 @@
-"""TF Serving warmup requests (assets.extra/tf_serving_warmup_requests) and their sentences."""
+"""Warmup requests: TF Serving's (assets.extra/tf_serving_warmup_requests) and the same
+batches as JSON (assets.extra/warmup_requests.json) for any loader, and their sentences.
+
+The batches visit every row bucket of search/shape_buckets.py up to MAX_BATCH sentences,
+so a server has met those shapes before its first request (export/serving/README.md).
+"""
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Sequence
 
 import tensorflow as tf
 
+from tf_transformer.search import shape_buckets
+
 WARMUP_FILE = os.path.join("assets.extra", "tf_serving_warmup_requests")
+WARMUP_JSON = os.path.join("assets.extra", "warmup_requests.json")
+MAX_BATCH = 32  # the largest batch warmed up (TF Serving's max_batch_size to match)
 
 
-def warmup_batches(sentences: Sequence[str]) -> list[list[str]]:
-    """Batches of 1 (each sentence, shortest first) and one batch of all of them."""
+def warmup_batches(sentences: Sequence[str], max_batch: int = MAX_BATCH) -> list[list[str]]:
+    """Batches of 1 (each sentence, shortest first), then one batch per row bucket above
+    1 up to `max_batch`, the sentences repeated in turn to fill it."""
     ordered = sorted(sentences, key=len)
-    return [[s] for s in ordered] + ([list(ordered)] if len(ordered) > 1 else [])
+    if not ordered:
+        return []
+    buckets = [b for b in shape_buckets.row_buckets(max_batch) if b > 1]
+    return [[s] for s in ordered] + [[ordered[i % len(ordered)] for i in range(b)]
+                                     for b in buckets]
 
 
 def write_warmup_requests(path: str, sentences: Sequence[str], model_name: str) -> int:
-    """Writes TF Serving's warmup file: a TFRecord of PredictionLog protos.
+    """Writes TF Serving's warmup file: a TFRecord of PredictionLog protos, and beside
+    it WARMUP_JSON, a list of {"signature", "text"}: the same requests for other loaders.
 
-    One PredictRequest per batch of `warmup_batches`, for serving_default and,
-    for the largest batch, translate_nbest. Returns the number of records.
+    One PredictRequest per batch of `warmup_batches`, for serving_default, and the
+    sentences once more for translate_nbest. Returns the number of records.
     """
     from tensorflow_serving.apis import predict_pb2, prediction_log_pb2
 
@@ -28,6 +44,10 @@ def write_warmup_requests(path: str, sentences: Sequence[str], model_name: str) 
     if sentences:
         requests.append(("translate_nbest", list(sentences)))
     tf.io.gfile.makedirs(os.path.dirname(path))
+    with open(os.path.join(os.path.dirname(path), os.path.basename(WARMUP_JSON)), "w",
+              encoding="utf-8") as f:
+        json.dump([{"signature": signature, "text": batch} for signature, batch in requests],
+                  f, ensure_ascii=False, indent=0)
     with tf.io.TFRecordWriter(path) as writer:
         for signature, batch in requests:
             request = predict_pb2.PredictRequest()

@@ -119,6 +119,9 @@ class BeamSearch:
         [batch * beam, S]) and `finish` an AlignedSearchResult. None: off.
       prefix: a search/prefix.py TargetPrefix: each sentence's outputs start with its
         prefix tokens (its max_length raised to the prefix's length + 1). None: free.
+      row_buckets: with `shrink`, the working sentences are kept at a bucket of
+        search/shape_buckets.py (done ones stay as padding until the next bucket
+        down): bounded shapes, the same outputs.
     """
 
     def __init__(self, symbols_to_logits_fn: SymbolsToLogitsFn, *, vocab_size: int,
@@ -126,7 +129,8 @@ class BeamSearch:
                  eos_id: int = EOS_ID, bos_id: int = BOS_ID, nbest: int = 1,
                  batch_size: int | None = None, max_decode_length: int | None = None,
                  shrink: bool | None = None, never_ids: tuple[int, ...] = (),
-                 alignment_width=None, prefix: prefix_lib.TargetPrefix | None = None):
+                 alignment_width=None, prefix: prefix_lib.TargetPrefix | None = None,
+                 row_buckets: bool = False):
         if beam_size < 1:
             raise ValueError(f"beam_size must be >= 1, got {beam_size}")
         if not 1 <= nbest <= beam_size:
@@ -146,7 +150,7 @@ class BeamSearch:
         self.config = SearchConfig(symbols_to_logits_fn, vocab_size, beam_size,
                                    tf.cast(alpha, tf.float32), max_lengths, eos_id, bos_id,
                                    nbest, tuple(int(i) for i in never_ids),
-                                   alignment_width, prefix)
+                                   alignment_width, prefix, row_buckets)
 
     def start(self, initial_cache: Cache) -> BeamState:
         """The state after the first step: before it, one alive hypothesis (BOS) per

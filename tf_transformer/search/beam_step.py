@@ -90,9 +90,10 @@ def search_step(config: SearchConfig, state: BeamState, shrink: bool,
     rows = tf.reshape(parents + tf.range(tf.shape(parents)[0])[:, tf.newaxis] * beam, [-1])
     if first:
         state = state._replace(alive_cache=live_rows.tile(cache, beam))
-        return live_rows.drop_done(state, rows, beam, reorder_rows=False) if shrink else state
+        return (live_rows.drop_done(state, rows, beam, reorder_rows=False,
+                                    bucketed=config.row_buckets) if shrink else state)
     if shrink:
-        return live_rows.drop_done(state, rows, beam)
+        return live_rows.drop_done(state, rows, beam, bucketed=config.row_buckets)
     if beam == 1:  # the parent of slot 0 is always slot 0
         return state
     return state._replace(alive_cache=live_rows.reorder(cache, rows))

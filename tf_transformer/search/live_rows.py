@@ -28,6 +28,7 @@ from typing import Any
 
 import tensorflow as tf
 
+from tf_transformer.search import shape_buckets
 from tf_transformer.search.state import BeamCache, BeamState, Results
 
 # The BeamState fields with one row per working sentence (the cache aside); the
@@ -91,16 +92,27 @@ def _take(state: BeamState, keep: tf.Tensor, cache_rows: tf.Tensor) -> BeamState
 
 
 def drop_done(state: BeamState, rows: tf.Tensor, beam: int,
-              reorder_rows: bool = True) -> BeamState:
+              reorder_rows: bool = True, bucketed: bool = False) -> BeamState:
     """Graph mode, after a step: the beam reorder of the cache (row i <- rows[i],
     rows int32 [rows * beam], the parents), and, if some sentence is done, the
     done sentences dropped within that same gather. `reorder_rows=False`: the rows
     already follow their parents (the first step's tiled cache); only dropping
-    gathers."""
+    gathers. `bucketed`: the working sentences fall only from one bucket of
+    shape_buckets.rows to a smaller one, live sentences first, done ones filling
+    the bucket (they are frozen: their results stay as they are)."""
     live = tf.logical_not(state.done)
+    if bucketed:
+        working = tf.shape(state.done)[0]
+        target = tf.minimum(shape_buckets.rows(tf.reduce_sum(tf.cast(live, tf.int32))), working)
+        leave = target < working
+    else:
+        leave = tf.reduce_any(state.done)
 
     def shrink():
-        keep = tf.cast(tf.where(live)[:, 0], tf.int32)  # [n]
+        if bucketed:
+            keep = tf.argsort(tf.cast(state.done, tf.int32), stable=True)[:target]
+        else:
+            keep = tf.cast(tf.where(live)[:, 0], tf.int32)  # [n]
         cache_rows = tf.reshape(tf.gather(tf.reshape(rows, [-1, beam]), keep), [-1])
         return _take(state, keep, cache_rows)
 
@@ -109,7 +121,7 @@ def drop_done(state: BeamState, rows: tf.Tensor, beam: int,
             return state
         return state._replace(alive_cache=reorder(state.alive_cache, rows))
 
-    return tf.cond(tf.reduce_any(state.done), shrink, keep_all)
+    return tf.cond(leave, shrink, keep_all)
 
 
 def pack(state: BeamState, capacity: int, beam: int) -> BeamState:

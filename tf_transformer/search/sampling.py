@@ -50,6 +50,7 @@ class SamplingConfig(NamedTuple):
     bos_id: int
     never_ids: tuple[int, ...] = ()  # never drawn, besides PAD and BOS
     prefix: Any = None  # search/prefix.py's TargetPrefix, or None
+    row_buckets: bool = False  # shrink to search/shape_buckets.py's buckets
 
 
 def filter_logits(log_probs: tf.Tensor, topk, topp, temperature) -> tf.Tensor:
@@ -105,7 +106,8 @@ def sample(symbols_to_logits_fn: SymbolsToLogitsFn, initial_cache: Cache, *, voc
            max_lengths: tf.Tensor, seed, topk=0, topp=0.0, temperature=1.0,
            alpha: float | tf.Tensor = 0.6, eos_id: int = EOS_ID, bos_id: int = BOS_ID,
            shrink: bool = True, never_ids: tuple[int, ...] = (),
-           prefix: prefix_lib.TargetPrefix | None = None) -> BeamSearchResult:
+           prefix: prefix_lib.TargetPrefix | None = None,
+           row_buckets: bool = False) -> BeamSearchResult:
     """Draws one output per sentence (module docstring).
 
     Args:
@@ -118,13 +120,15 @@ def sample(symbols_to_logits_fn: SymbolsToLogitsFn, initial_cache: Cache, *, voc
         compact: live_rows.can_compact).
       never_ids: more token ids never drawn, as BeamSearch's.
       prefix: outputs forced to start with it (search/prefix.py), as BeamSearch's.
+      row_buckets: with `shrink`, the working rows stay at search/shape_buckets.py's
+        buckets (done sentences kept as padding), as BeamSearch's.
     Returns:
       BeamSearchResult with nbest 1: ids [batch, 1, max(max_lengths)] (EOS where
       drawn, PAD after), scores [batch, 1] (log P / lp(length)), lengths [batch, 1].
     """
     config = SamplingConfig(symbols_to_logits_fn, vocab_size, tf.cast(alpha, tf.float32), topk,
                             topp, temperature, seed, eos_id, bos_id,
-                            tuple(int(i) for i in never_ids), prefix)
+                            tuple(int(i) for i in never_ids), prefix, row_buckets)
     max_lengths = prefix_lib.raise_max_lengths(prefix, tf.maximum(tf.cast(max_lengths, tf.int32), 1))
     batch = tf.shape(max_lengths)[0]
     width = tf.maximum(tf.reduce_max(max_lengths), 1) + 1  # an empty batch too
@@ -188,4 +192,5 @@ def sampling_step(config: SamplingConfig, state: BeamState, shrink: bool) -> Bea
         done=done)
     if not shrink:
         return state
-    return live_rows.drop_done(state, tf.range(tf.shape(done)[0]), beam=1)
+    return live_rows.drop_done(state, tf.range(tf.shape(done)[0]), beam=1,
+                               bucketed=config.row_buckets)

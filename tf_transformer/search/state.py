@@ -88,3 +88,5 @@ class SearchConfig(NamedTuple):
     alignment_width: Any = None
     # search/prefix.py's TargetPrefix: outputs forced to start with it; None: free.
     prefix: Any = None
+    # Shrinking keeps the working sentences at a bucket (search/shape_buckets.py).
+    row_buckets: bool = False
