@@ -20,6 +20,9 @@ from tf_transformer.inputs import corpus, pipeline
 from tf_transformer.training.trainer import Trainer
 
 MODEL = ModelConfig(vocab_size=30, num_layers=1, d_model=16, d_ff=32, num_heads=2, dropout=0.0)
+# The shared trainers' batches: ROWS x LENGTH, and with PAD_ROWS rows of PAD the longer shape
+# of the static run's batches (one XLA compilation serves both tests).
+ROWS, LENGTH, PAD_ROWS = 12, 16, 4
 
 
 def _config(data=DataConfig(), **train):
@@ -73,13 +76,20 @@ def _assert_same_weights(a, b, atol):
 class Trainers:
     """A graph-step and a compiled-step trainer from the same initial weights, shared by the
     tests below: each trace costs seconds, each XLA compilation (one per batch shape and
-    trainer) more. `reset` puts back both trainers' initial weights and optimizer state."""
+    trainer) more. `reset` puts back both trainers' initial weights and optimizer state;
+    `steps` runs `_steps` and records the batch shapes the compiled trainer has seen."""
 
     def __init__(self, directory, vocab_size):
         self.graph = _trainer(directory, "graph", vocab_size)
         self.compiled = _trainer(directory, "xla", vocab_size, compile_step=True)
+        self.compiled_shapes = set()
         self._initial = {name: trainer.checkpoint.write(str(directory / f"{name}_initial"))
                          for name, trainer in self._named()}
+
+    def steps(self, trainer, batches):
+        if trainer is self.compiled:
+            self.compiled_shapes.update(b["source"].shape for b in batches)
+        return _steps(trainer, batches)
 
     def _named(self):
         return (("graph", self.graph), ("compiled", self.compiled))
@@ -101,17 +111,17 @@ def test_compiled_step_equals_the_graph_step(trainers):
     """Loss, gradients and the weights after two Adam steps, to float32 tolerance."""
     trainers.reset()
     graph, compiled = trainers.graph, trainers.compiled
-    batches = [_batch(1, 4, 9), _batch(2, 4, 9)]
+    batches = [_batch(1, ROWS, LENGTH), _batch(2, ROWS, LENGTH)]
     # The gradients of the compiled program's first half (every position, pads weighted 0)
     # against the graph step's (the output layer on non-pad positions only).
     batch = {k: tf.constant(v) for k, v in batches[0].items()}
     want = graph.train_step.grads(batch)
     got = tf.function(compiled.train_step.grads, autograph=False, jit_compile=True)(batch)
     np.testing.assert_allclose(float(got[1]), float(want[1]), rtol=1e-6)
-    assert float(got[2]) == float(want[2]) < 4 * 9
+    assert float(got[2]) == float(want[2]) < ROWS * LENGTH
     for g, w in zip(got[0], want[0]):
         np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=1e-4, atol=1e-6)
-    out_graph, out_compiled = _steps(graph, batches), _steps(compiled, batches)
+    out_graph, out_compiled = trainers.steps(graph, batches), trainers.steps(compiled, batches)
     for g, c in zip(out_graph, out_compiled):
         assert g.keys() == c.keys() and g["target_tokens"] == c["target_tokens"]
         for key in ("loss", "grad_norm", "flops"):
@@ -124,14 +134,14 @@ def test_compiled_step_equals_the_graph_step(trainers):
 def test_pad_rows_change_neither_the_loss_nor_the_update(trainers, compile_step):
     """One step on a batch, then from the same initial state on it with 4 PAD rows added
     (the batch has the shape of the batches above: the compiled step is not compiled again
-    for it, only for the padded one)."""
+    for it, only for the padded one, which is a shape of the static run below)."""
     trainer = trainers.compiled if compile_step else trainers.graph
     trainers.reset()
-    out_plain = _steps(trainer, [_batch(3, 4, 9)])
+    out_plain = trainers.steps(trainer, [_batch(3, ROWS, LENGTH)])
     plain = [_key_bias_free(v) for v in trainer.model.weights]
     assert trainer.step == 1
     trainers.reset()
-    out_padded = _steps(trainer, [_batch(3, 4, 9, pad_rows=4)])
+    out_padded = trainers.steps(trainer, [_batch(3, ROWS, LENGTH, pad_rows=PAD_ROWS)])
     assert trainer.step == 1
     for key in ("loss", "grad_norm", "target_tokens", "source_tokens"):
         np.testing.assert_allclose(out_padded[0][key], out_plain[0][key], rtol=1e-6)
@@ -140,8 +150,9 @@ def test_pad_rows_change_neither_the_loss_nor_the_update(trainers, compile_step)
 
 
 def test_static_run_compiles_once_per_batch_shape(trainers, embedded_corpus, small_tokenizer):
-    """A training run on static batches: one XLA compilation per shape, however many steps
-    (the shared compiled trainer: its shapes so far are the tests' above, none of these)."""
+    """A training run on static batches: one XLA compilation per shape not compiled before,
+    however many steps (the shared compiled trainer: its shapes so far are the tests' above;
+    the padded batch's is the longer static shape, the shorter one is always new)."""
     data = DataConfig(max_length=16, tokens_per_batch=256, static_batch=True,
                       static_boundaries=(8,), deterministic=True, shuffle_buffer=200)
     pairs = corpus.Corpus(embedded_corpus.sources[:400], embedded_corpus.targets[:400])
@@ -149,6 +160,9 @@ def test_static_run_compiles_once_per_batch_shape(trainers, embedded_corpus, sma
                    .take(14).as_numpy_iterator())
     shapes = {b["source"].shape for b in batches}
     assert shapes == {(32, 8), (16, 16)}  # two shapes (each compiles in seconds), many steps
+    assert (ROWS + PAD_ROWS, LENGTH) in shapes and (ROWS, LENGTH) not in shapes
+    new_shapes = shapes - trainers.compiled_shapes
+    assert (32, 8) in new_shapes
     trainers.reset()
     trainer = trainers.compiled
     compiles, seconds = trainer.step_fn().compiles, trainer.step_fn().compile_seconds
@@ -159,8 +173,9 @@ def test_static_run_compiles_once_per_batch_shape(trainers, embedded_corpus, sma
                 k: tf.TensorSpec([None, None], tf.int32) for k in batches[0]})
 
     result = trainer.train(dataset_fn, max_steps=len(batches), log_fn=lambda line: None)
+    trainers.compiled_shapes |= shapes
     assert result.step == len(batches)
-    assert trainer.step_fn().compiles == compiles + len(shapes)
+    assert trainer.step_fn().compiles == compiles + len(new_shapes)
     assert trainer.step_fn().compile_seconds > seconds
 
 
