@@ -138,8 +138,11 @@ def _loop_decoder(model, kind, jit):
     ids=["growing-while_loop", "growing-jit_compile", "chunked-while_loop",
          "fixed-while_loop", "fixed-jit_compile"])  # chunks change shape: graph mode only
 def test_cache_equals_full_pass_compiled(kind, jit, tiny, full):
-    """5 steps: a loop of several steps (XLA unrolls the growing cache's) is the point."""
-    model = tiny()
+    """5 steps: a loop of several steps (XLA unrolls the growing cache's) is the point.
+    One layer each side: what the loop and XLA do to the cache is the same in every
+    layer (the eager steps above check the layers' caches kept apart), and each layer
+    is traced and compiled again in each of the 5 unrolled steps."""
+    model = tiny(num_layers=1)
     decode = _loop_decoder(model, kind, jit)
     np.testing.assert_allclose(decode(*_batch(STEPS)).numpy(), full(model, STEPS), atol=1e-5)
 
