@@ -26,6 +26,7 @@ flags_lib.define_restore_flags()
 flags_lib.define_decode_flags(
     nbest_help="List length of the translate_nbest signature (<= beam_size); default: the beam.",
     batch_size=False)
+flags.FLAGS.set_default("bounded_shapes", True)  # a server's searches: a fixed set of shapes
 flags.DEFINE_string("export_dir", None,
                     "Base directory of the versions (TF Serving's model_base_path); required.")
 flags.DEFINE_string("warmup_sentences",

@@ -224,6 +224,10 @@ class DecodeConfig:
     # int8: a bfloat16 model whose decoding step projects with int8 weights through
     # oneDNN's quantized matmul (model/quantized.py; graph mode only, no XLA).
     dtype: str = "float32"
+    # Graph mode: batches, sources and working rows padded to a fixed set of shapes
+    # (search/shape_buckets.py), so a server stops meeting new ones; the export's
+    # default. Same outputs, more rows and columns computed.
+    bounded_shapes: bool = False
 
     def __post_init__(self):
         if self.beam_size < 1:

@@ -91,7 +91,7 @@ _DEFINE = {int: flags.DEFINE_integer, float: flags.DEFINE_float, str: flags.DEFI
 _DECODE_FLAGS = {  # flag -> DecodeConfig field; None defaults keep config.json's value
     "beam_size": "beam_size", "alpha": "alpha", "extra_length": "extra_length",
     "nbest": "nbest", "batch_size": "batch_size", "decode_jit_compile": "jit_compile",
-    "parallel_searches": "parallel_searches", "dtype": "dtype"}
+    "parallel_searches": "parallel_searches", "dtype": "dtype", "bounded_shapes": "bounded_shapes"}
 
 
 def define_model_dir_flags() -> None:
@@ -116,7 +116,7 @@ def define_decode_flags(nbest_help: str | None, batch_size: bool = True,
     --nbest only with its binary's `nbest_help`, --batch_size only with `batch_size`,
     --dtype (the Translator's) only with `dtype` (not beside the training --dtype), the
     search's own (--beam_size, --extra_length, --decode_jit_compile,
-    --parallel_searches) only with `search` (scoring has no search)."""
+    --parallel_searches, --bounded_shapes) only with `search` (scoring has no search)."""
     if search:
         flags.DEFINE_integer("beam_size", None, "Beam size k (1: greedy); default: config.json's.")
     flags.DEFINE_float("alpha", None, "Length penalty exponent; default: config.json's.")
@@ -133,6 +133,10 @@ def define_decode_flags(nbest_help: str | None, batch_size: bool = True,
         flags.DEFINE_integer("parallel_searches", None,
                              "Graph mode: search a batch of at least 8 sentences per search as "
                              "this many sub-batches side by side; default: config.json's (2).")
+        flags.DEFINE_bool("bounded_shapes", None,
+                          "Graph mode: pad batches, sources and working rows to a fixed set of "
+                          "shapes (search/shape_buckets.py), for servers; default: config.json's "
+                          "(off), on in an export.")
     if dtype:
         flags.DEFINE_enum("dtype", None, list(DECODE_DTYPES),
                           "Weights and matrix products of the search: float32, bfloat16 "

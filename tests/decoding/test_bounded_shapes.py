@@ -2,7 +2,6 @@
 batch and the source width to buckets and shrink by buckets, with the unpadded search's
 outputs, so a server meets a fixed set of shapes."""
 
-import dataclasses
 import random
 
 import numpy as np
@@ -53,9 +52,8 @@ def _pair(model, model_dir, **decode):
     pair = []
     for bounded in (True, False):
         recorder = _ShapeRecorder(model)
-        decoder = translator(model, model_dir, decode_step=recorder, **decode)
-        decoder.model_search = dataclasses.replace(decoder.model_search, bounded_shapes=bounded)
-        pair.append((decoder, recorder))
+        pair.append((translator(model, model_dir, decode_step=recorder, bounded_shapes=bounded,
+                                **decode), recorder))
     return pair
 
 

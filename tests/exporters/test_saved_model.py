@@ -40,7 +40,8 @@ def test_layout_metadata_and_assets(exported, model_dir):
     assert meta["checkpoints"] == [os.path.join(model_dir, f"ckpt-{n}") for n in (1, 2)]
     assert meta["averaged"] == 2
     assert meta["decode"] == {"beam_size": 2, "nbest": 2, "alpha": 0.6, "extra_length": 6,
-                              "jit_compile": False, "length_bucket": None, "dtype": "float32"}
+                              "jit_compile": False, "length_bucket": None, "dtype": "float32",
+                              "bounded_shapes": True}  # the export's default
     assert meta["config"]["model"]["d_model"] == 32 and meta["max_source_length"] == 64
     assert meta["version"] == 1 and set(meta["signatures"]) == set(SIGNATURE_SPECS)
 

@@ -50,7 +50,7 @@ class ModelSearch:
     max_target_length: int
     decode_step: SymbolsToLogitsFn | None = None
     never_ids: tuple[int, ...] = ()
-    bounded_shapes: bool = True
+    bounded_shapes: bool = False
 
     @property
     def kernels(self) -> kernels.InferenceKernels:

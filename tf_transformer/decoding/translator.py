@@ -115,10 +115,10 @@ class Translator(tf.Module):
         decode_step = quantized.decode_step(model, decode_config, decode_step)  # int8's
         self.dtype = quantized.dtype_of(model, decode_step)  # DecodeConfig.dtype's
         # Without a tokenizer (ids in, ids out) no id is forbidden.
-        byte_fallback = self.target_tokenizer is not None and self.target_tokenizer.byte_fallback
-        never_ids = (UNK_ID,) if byte_fallback else ()
+        never_ids = (UNK_ID,) if getattr(self.target_tokenizer, "byte_fallback", False) else ()
         self.model_search = ModelSearch(model, self.beam_size, self.max_source_length,
-                                        self.max_target_length, decode_step, never_ids)
+                                        self.max_target_length, decode_step, never_ids,
+                                        decode_config.bounded_shapes)
         self._compiled = CompiledSearch(self.model_search)
         # One graph-mode search function per nbest, called by every signature and by
         # every part of a batch: the SavedModel holds one copy of the loop per nbest,

@@ -208,7 +208,8 @@ def export(translator: Translator, export_dir: str, vocab_path: str | Sequence[s
                        "alpha": translator.alpha, "extra_length": translator.extra_length,
                        "jit_compile": translator.jit_compile,
                        "length_bucket": LENGTH_BUCKET if translator.jit_compile else None,
-                       "dtype": translator.dtype},
+                       "dtype": translator.dtype,
+                       "bounded_shapes": translator.model_search.bounded_shapes},
             "max_source_length": translator.max_source_length,
             "max_target_length": translator.max_target_length,
             **hashes,  # vocab_sha256, or source_vocab_sha256 and target_vocab_sha256
