@@ -59,13 +59,11 @@ def test_export_holds_int8_constants_beside_bfloat16_variables(int8_exported, tr
     nodes = _graph_nodes(int8_exported)
     int8_constants = [n for n in nodes if n.op == "Const" and n.attr["dtype"].type == tf.int8]
     model = translator.model
-    decoder_kernels = [w for w in model.decoder.weights if w.path.endswith("kernel")
-                       and "key_value" not in w.path]
     stored = sum(len(n.attr["value"].tensor.tensor_content) for n in int8_constants)
-    want = sum(w.numpy().size for w in decoder_kernels) + model.vocab_size * model.d_model
-    assert stored == want  # every step projection and the output table, once, one byte each
-    # One copy of the quantized matmuls per search loop (nbest 1 and 2, no parallel searches).
-    assert sum(n.op == "_QuantizedMatMul" for n in nodes) >= 7
+    assert stored == model.vocab_size * model.d_model  # the output table once, a byte a weight
+    # The output layer's quantized matmul in every search loop (nbest 1 and 2, alignments,
+    # sampling, prefixes), all reading that one constant.
+    assert sum(n.op == "_QuantizedMatMul" for n in nodes) >= 2
     with open(os.path.join(int8_exported, "assets", saved_model.METADATA_FILE)) as f:
         assert json.load(f)["decode"]["dtype"] == "int8"
 

@@ -22,7 +22,8 @@ def model():
 
 @pytest.fixture(scope="module")
 def int8_step(model):
-    return quantized.Int8Step(model)
+    """Every projection of the step in int8 (a Translator's step has the output layer's)."""
+    return quantized.Int8Step(model, layers=True)
 
 
 def _float_reference(x, kernel, bias, relu):
@@ -151,11 +152,29 @@ def test_an_int8_step_is_the_model_step_with_int8_projections(model, int8_step):
                and w.op.inputs[0].dtype == tf.int8 for w in weights)  # captured int8 constants
 
 
+def test_a_translator_step_has_the_output_layer_in_int8(model):
+    """quantized.decode_step's step: the layers on the model's own step kernels, the
+    output layer oneDNN's quantized matmul, the logits within int8's error."""
+    step = quantized.decode_step(model, DecodeConfig(dtype="int8"))
+    source, target = random_batch()
+    state = model.initial_cache(model.encode(source), source, cache.growing(), True)
+    traced = _graph(lambda t, s: step(t, s, state))
+    logits, new_cache = traced(target, tf.constant(0))
+    want, want_cache = model.decode_step(target, tf.constant(0), state)
+    np.testing.assert_allclose(logits, want, atol=0.03 * np.abs(want.numpy()).max())
+    np.testing.assert_array_equal(new_cache.self_attention[0].keys,
+                                  want_cache.self_attention[0].keys)
+    graph = traced.get_concrete_function(target, tf.constant(0)).graph
+    types = [op.type for op in graph.get_operations()]
+    assert types.count("_QuantizedMatMul") == 1 and "BatchMatMulV3" in types
+    assert quantized.dtype_of(model, step) == "int8"
+
+
 def test_an_int8_step_keeps_the_model_dtype_and_float32_logits():
     model = build_model(TINY, dtype="bfloat16")
     source, target = random_batch()
     state = model.initial_cache(model.encode(source), source, cache.growing(), True)
-    logits, new_cache = quantized.Int8Step(model)(target, tf.constant(0), state)
+    logits, new_cache = quantized.Int8Step(model, layers=True)(target, tf.constant(0), state)
     assert logits.dtype == tf.float32 and new_cache.self_attention[0].keys.dtype == tf.bfloat16
     want = model.decode_step(target, tf.constant(0), state)[0]
     np.testing.assert_allclose(logits, want, atol=0.05 * np.abs(want.numpy()).max())

@@ -205,8 +205,10 @@ def quantize_rows(x: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     batch-mates). The ranges are ours, not QuantizeV2's outputs, which are a scalar
     for one row."""
     ranges = tf.maximum(tf.reduce_max(tf.abs(x), axis=1), 1e-12)
+    # SCALED takes the range [min(min_range, 0), max_range] to max(|min|, |max|): with
+    # min_range = max_range = r, [-r, r] (an op fewer than negating r).
     values = tf.raw_ops.QuantizeV2(
-        input=x, min_range=-ranges, max_range=ranges, T=tf.qint8, mode="SCALED",
+        input=x, min_range=ranges, max_range=ranges, T=tf.qint8, mode="SCALED",
         round_mode="HALF_TO_EVEN", narrow_range=True, axis=0, ensure_minimum_range=0.0)[0]
     return values, ranges[:, tf.newaxis]
 

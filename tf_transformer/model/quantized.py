@@ -2,12 +2,13 @@
 
 A decoding step is a few small products per layer over the batch's beam rows,
 then the output layer over the whole vocabulary, the largest product of the
-step. Here every projection of the step runs as oneDNN's quantized matmul
-(model/kernels.py `quantized_matmul`: int8 x int8 accumulated in int32, on the
-CPU's AMX tiles where it has them, dequantized by the weights' scales in the same
-kernel): self-attention's fused q/k/v and its output, cross-attention's query and
-output, both FFN products, and the output layer (the shared embedding's
-transpose, no bias).
+step. The output layer (the shared embedding's transpose) runs as oneDNN's
+quantized matmul (model/kernels.py `quantized_matmul`: int8 x int8 accumulated in
+int32, on the CPU's AMX tiles where it has them, dequantized by the weights'
+scales in the same kernel), and with `Int8Step(layers=True)` so do the decoder
+layers' projections: self-attention's fused q/k/v and its output,
+cross-attention's query and output, both FFN products (off by default: measured
+slower, see Int8Step).
 
 Weights: per output channel, symmetric, round(127 w / max|w| of the channel),
 quantized once when the step is made (`Int8Step`), kept as constants: an
@@ -21,10 +22,11 @@ values would then depend on the other rows of the batch (measured: a sentence's
 translation changed with its batch-mates); per row, they do not.
 
 What stays in the model's dtype (bfloat16 for an int8 Translator,
-`MODEL_DTYPE`): the embedding, attention's score and context products and its
-softmax (on the step policy of kernels.for_inference, float32 logits), the layer
-norms and residuals, the encoder and the memory's key/value projections (once
-per sentence: int8 does not pay there). Logits, scores and the search stay
+`MODEL_DTYPE`): the embedding, the decoder layers' projections (but with
+`layers`), attention's score and context products and its softmax (on the step
+policy of kernels.for_inference, float32 logits), the layer norms and residuals,
+the encoder and the memory's key/value projections (once per sentence, on AMX in
+bfloat16; int8 there was not measured). Logits, scores and the search stay
 float32. XLA has no quantized matmul: int8 decodes in graph mode only.
 """
 
@@ -82,8 +84,12 @@ def linear(x: tf.Tensor, weight: QuantizedWeight, relu: bool = False,
     oneDNN's quantized matmul applies the weights' scales to the int32 sums, then each
     row's range and the bias are applied here (oneDNN's scale of the activations is one
     per tensor; one per row keeps a sentence's translation independent of its batch)."""
-    k = weight.values.shape[0]
-    rows, ranges = kernels_lib.quantize_rows(tf.reshape(tf.cast(x, tf.float32), [-1, k]))
+    k, n = weight.values.shape
+    # A decoding step is a chain of small ops, the executor's time as much as the
+    # products': a 2-D x is not reshaped, nor a float32 one cast (tf.cast adds no op).
+    rows = tf.cast(x, tf.float32) if x.shape.rank == 2 else tf.reshape(
+        tf.cast(x, tf.float32), [-1, k])
+    rows, ranges = kernels_lib.quantize_rows(rows)
     y = kernels_lib.quantized_matmul(rows, weight.values, weight.negative_ranges,
                                      weight.ranges, weight.zeros,
                                      weights_constant=not tf.executing_eagerly())
@@ -92,7 +98,9 @@ def linear(x: tf.Tensor, weight: QuantizedWeight, relu: bool = False,
         y = tf.nn.bias_add(y, weight.bias)
     if relu:
         y = tf.nn.relu(y)
-    return tf.cast(tf.reshape(y, shapes.dims(x, -1) + [weight.values.shape[1]]), dtype or x.dtype)
+    if x.shape.rank != 2:
+        y = tf.reshape(y, shapes.dims(x, -1) + [n])
+    return tf.cast(y, dtype or x.dtype)
 
 
 class LayerWeights(NamedTuple):
@@ -120,15 +128,24 @@ def _layer_weights(layer) -> LayerWeights:
 
 class Int8Step:
     """A Transformer's `decode_step` (its contract: model.decode_step's, without
-    `kernels`) with the projections in int8; everything else is the model's own
-    layers on the step policy of its compute dtype. The weights are quantized here,
-    once: build it eagerly (as a Translator is built)."""
+    `kernels`) with the output layer in int8 and, with `layers`, every projection of
+    the decoder layers too; everything else is the model's own layers on the step
+    policy of its compute dtype. The weights are quantized here, once: build it
+    eagerly (as a Translator is built).
 
-    def __init__(self, model):
+    `layers` is off for a Translator (`decode_step`): a step is a chain of small ops
+    whose executor time outweighs its products (bench/results/decoding.md), and each
+    int8 projection adds ~10 ops (casts, the rows' ranges, quantization, the epilogue)
+    to a bfloat16 projection's 3; at d_model 256 the layers' int8 projections made
+    the export 1.2x slower than bfloat16's, the output layer alone (256 x 8000, the
+    step's largest product) 1.08x faster."""
+
+    def __init__(self, model, layers: bool = False):
         kernels_lib.require_quantized_matmul()
         self.model = model
         self.kernels = kernels_lib.for_inference(model.compute_dtype).step
-        self.layers = tuple(_layer_weights(layer) for layer in model.decoder.layers)
+        self.layers = (tuple(_layer_weights(layer) for layer in model.decoder.layers)
+                       if layers else None)
         table = model.target_embedding.token_embedding.embeddings  # [vocab, d_model]
         self.output = quantize_weight(tf.cast(table, tf.float32).numpy().T)
 
@@ -142,6 +159,11 @@ class Int8Step:
             vectors = cache.position_table[step][tf.newaxis]
         x = model.target_embedding(ids[:, step][:, tf.newaxis], start_index=step,
                                    position_vectors=vectors)
+        if self.layers is None:  # the layers on the model's own step, the output layer int8
+            out = model.decoder.step(x, step, cache, self.kernels, with_attention)
+            logits = linear(out[0][:, 0], self.output, dtype=tf.float32)
+            cache = cache._replace(self_attention=out[1])
+            return (logits, cache, out[2]) if with_attention else (logits, cache)
         new_self, attention = [], None
         for i, (layer, weights) in enumerate(zip(model.decoder.layers, self.layers)):
             last = with_attention and i == model.num_layers - 1
@@ -186,8 +208,10 @@ class Int8Step:
                 aligned.append(tf.reshape(mean, rows + [tf.shape(mean)[-1]])[:, 0])
             return out
 
-        def feed_forward(y):
-            return linear(linear(y, weights.inner, relu=True), weights.outer)
+        def feed_forward(y):  # one reshape each way; the hidden rows stay float32
+            rows = tf.reshape(y, [-1, y.shape[-1]])
+            hidden = linear(rows, weights.inner, relu=True, dtype=tf.float32)
+            return tf.reshape(linear(hidden, weights.outer, dtype=y.dtype), tf.shape(y))
 
         x = layer.sublayer("self_attention", x, self_attend, False)
         x = layer.sublayer("cross_attention", x, cross_attend, False)
