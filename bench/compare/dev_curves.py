@@ -12,12 +12,8 @@ from bench.compare.scoring import opennmt_bleu, ours_bleu, write_pieces
 
 def checkpoint_seconds(lines) -> dict:
     """(seconds, line) pairs of a training log -> {checkpoint file name: seconds}."""
-    saved = {}
-    for seconds, line in lines:
-        match = re.search(r"[Ss]aved checkpoint (\S+)", line)
-        if match:
-            saved[os.path.basename(match.group(1))] = seconds
-    return saved
+    return {os.path.basename(match.group(1)): seconds for seconds, line in lines
+            if (match := re.search(r"[Ss]aved checkpoint (\S+)", line))}
 
 
 def curve(checkpoints, seconds, score) -> list:

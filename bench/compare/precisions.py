@@ -84,8 +84,7 @@ def fastest_peer(decode: dict, key: str, peers=CTRANSLATE2_ROWS):
     """(peer row, its value) of the fastest of `peers` in decode[...][key]: the most
     per second, or the least milliseconds for a latency (keys ending in _ms); None when
     no peer has the figure."""
-    values = {p: (decode.get(p) or {}).get(key) for p in peers}
-    values = {p: v for p, v in values.items() if v is not None}
+    values = {p: v for p in peers if (v := (decode.get(p) or {}).get(key)) is not None}
     if not values:
         return None
     best = (min if key.endswith("_ms") else max)(values, key=values.get)

@@ -8,8 +8,7 @@ import statistics
 def steady(values):
     """Median of the logged throughput windows after the first (tracing, warm-up)."""
     values = list(values)
-    values = values[1:] if len(values) > 1 else values
-    return statistics.median(values) if values else None
+    return statistics.median(values[1:] or values) if values else None
 
 
 def parse_opennmt_train(lines) -> dict:
@@ -42,8 +41,4 @@ def read_logged(log_path):
     """A run_logged log back as (seconds, line) pairs (to re-read a finished run)."""
     with open(log_path, encoding="utf-8", errors="replace") as f:
         return [(float(head), rest.rstrip("\n")) for head, _, rest in
-                (line.lstrip().partition(" ") for line in f) if _is_number(head)]
-
-
-def _is_number(text) -> bool:
-    return text.replace(".", "", 1).isdigit()
+                (line.lstrip().partition(" ") for line in f) if head.replace(".", "", 1).isdigit()]
