@@ -21,7 +21,7 @@ import os
 
 from bench.compare.run_protocol import prepare_data
 from bench.compare.scoring import opennmt_bleu, write_pieces
-from bench.compare.trainings import CORPUS_DIR, HERE, ONMT_MAIN, OPENNMT_SCHEDULE, REPO, run_logged
+from bench.compare.trainings import CORPUS_DIR, HERE, ONMT_MAIN, REPO, opennmt_args, run_logged
 
 GRID = {  # name -> (dropout, attention_dropout, ffn_dropout, label_smoothing)
     "d01_ls01": (0.1, 0.1, 0.1, 0.1),
@@ -45,20 +45,13 @@ def onmt_args(d, setting_dir, setting) -> list[str]:
     model_file = os.path.join(setting_dir, "model.py")
     with open(model_file, "w") as f:
         f.write(MODEL_FILE.format(*setting[:3], here=HERE))
-    run_yml = os.path.join(setting_dir, "run.yml")
-    with open(run_yml, "w") as f:
-        json.dump({"model_dir": setting_dir, "params": {
-            "label_smoothing": setting[3],
-            "decay_params": {"model_dim": 256, "warmup_steps": OPENNMT_SCHEDULE["warmup_steps"]}},
-            "train": {"keep_checkpoint_max": AVERAGE_LAST + EARLY_STOP, "save_checkpoints_steps": EVAL_STEPS,
-                      "average_last_checkpoints": AVERAGE_LAST},
-            "eval": {"steps": EVAL_STEPS, "scorers": "bleu",
-                     "early_stopping": {"metric": "bleu", "min_improvement": 0.01, "steps": EARLY_STOP}},
-            "data": {"train_features_file": os.path.join(d["data"], "train.en.sp"),
-                     "train_labels_file": os.path.join(d["data"], "train.de.sp"),
-                     "eval_features_file": d["dev_en"], "eval_labels_file": d["dev_de"],
-                     "source_vocabulary": d["onmt_vocab"], "target_vocabulary": d["onmt_vocab"]}}, f)
-    return ["--model", model_file, "--config", os.path.join(HERE, "opennmt_small_cpu.yml"), run_yml]
+    return opennmt_args(d, model_file, os.path.join(setting_dir, "run.yml"), {
+        "model_dir": setting_dir,
+        "train": {"keep_checkpoint_max": AVERAGE_LAST + EARLY_STOP, "save_checkpoints_steps": EVAL_STEPS,
+                  "average_last_checkpoints": AVERAGE_LAST},
+        "eval": {"steps": EVAL_STEPS, "scorers": "bleu",
+                 "early_stopping": {"metric": "bleu", "min_improvement": 0.01, "steps": EARLY_STOP}}},
+        params={"label_smoothing": setting[3]}, dev=(d["dev_en"], d["dev_de"]))
 
 
 def run_setting(d, work, name) -> dict:

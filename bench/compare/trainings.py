@@ -61,22 +61,28 @@ def _pinned_to(cpus):
     return (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
 
 
+def opennmt_args(d, model_file, run_yml, run, params=None, dev=None) -> list:
+    """onmt-main's --model and --config of a run on the protocol's data (`d`, prepare_data's):
+    `run` (model_dir, train and eval blocks) written to `run_yml` with `params`,
+    OPENNMT_SCHEDULE's warmup, the training pieces, the vocabulary, and the dev pieces (`dev`:
+    other (source, target) files)."""
+    dev_en, dev_de = dev or (os.path.join(d["data"], f"dev.{side}.sp") for side in ("en", "de"))
+    decay = {"model_dim": 256, "warmup_steps": OPENNMT_SCHEDULE["warmup_steps"]}
+    data = {"train_features_file": os.path.join(d["data"], "train.en.sp"),
+            "train_labels_file": os.path.join(d["data"], "train.de.sp"),
+            "eval_features_file": dev_en, "eval_labels_file": dev_de,
+            "source_vocabulary": d["onmt_vocab"], "target_vocabulary": d["onmt_vocab"]}
+    with open(run_yml, "w") as f:
+        json.dump({**run, "params": {**(params or {}), "decay_params": decay}, "data": data}, f)
+    return ["--model", model_file, "--config", os.path.join(HERE, "opennmt_small_cpu.yml"), run_yml]
+
+
 def train_opennmt(args, work, d, cpus=None):
     """OpenNMT-tf's run of the protocol in float32 (its mixed_float16 made no step on the
     CPU: bench/results/side_by_side.md) with OPENNMT_SCHEDULE, for args.minutes."""
     model_dir = os.path.join(work, "opennmt")
-    run_yml = os.path.join(work, "opennmt_run.yml")
-    schedule = {"model_dim": 256, "warmup_steps": OPENNMT_SCHEDULE["warmup_steps"]}
-    with open(run_yml, "w") as f:
-        json.dump({"model_dir": model_dir, "params": {"decay_params": schedule},
-                   "train": {"save_summary_steps": log_every(args.minutes)}, "data": {
-            "train_features_file": os.path.join(d["data"], "train.en.sp"),
-            "train_labels_file": os.path.join(d["data"], "train.de.sp"),
-            "eval_features_file": os.path.join(d["data"], "dev.en.sp"),
-            "eval_labels_file": os.path.join(d["data"], "dev.de.sp"),
-            "source_vocabulary": d["onmt_vocab"], "target_vocabulary": d["onmt_vocab"]}}, f)
-    base = ["--model", os.path.join(HERE, "opennmt_model.py"),
-            "--config", os.path.join(HERE, "opennmt_small_cpu.yml"), run_yml]
+    base = opennmt_args(d, os.path.join(HERE, "opennmt_model.py"), os.path.join(work, "opennmt_run.yml"),
+                        {"model_dir": model_dir, "train": {"save_summary_steps": log_every(args.minutes)}})
     log = os.path.join(work, "opennmt_train.log")
     lines, rss, _ = run_logged([os.path.join(ONMT_VENV, "python"), os.path.join(HERE, "opennmt_train.py"),
                                 str(args.minutes), "--log_level", "INFO"] + base + ["train"],
