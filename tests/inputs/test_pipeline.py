@@ -25,9 +25,16 @@ def rows(ids: np.ndarray) -> list[tuple]:
 
 
 @pytest.fixture(scope="module")
-def epoch(embedded_corpus, tokenizer_8k):
-    """One bucketed training epoch over the embedded corpus, as numpy batches."""
-    dataset = pipeline.make_dataset(embedded_corpus, tokenizer_8k, CONFIG, training=True,
+def head_pairs(embedded_corpus):
+    """The first 5000 pairs of the embedded corpus (a quarter: the epoch's batches, the
+    plain batches and the tokenised sides are each paid per pair)."""
+    return subset(embedded_corpus, 5000)
+
+
+@pytest.fixture(scope="module")
+def epoch(head_pairs, tokenizer_8k):
+    """One bucketed training epoch over `head_pairs`, as numpy batches."""
+    dataset = pipeline.make_dataset(head_pairs, tokenizer_8k, CONFIG, training=True,
                                           repeat=False, count_skipped=False)
     return list(dataset.as_numpy_iterator())
 
@@ -48,14 +55,14 @@ def expected_bucket_sizes(corpus_, tokenizer) -> collections.Counter:
     return collections.Counter(min(b for b in BOUNDARIES if b >= n) for n in lengths)
 
 
-def test_batch_sizes_follow_the_token_budget(epoch, embedded_corpus, tokenizer_8k):
+def test_batch_sizes_follow_the_token_budget(epoch, head_pairs, tokenizer_8k):
     """Each bucket: full [BUDGET // L, L] batches, then at most one partial one, last."""
     sizes = collections.defaultdict(list)  # L -> batch sizes in emission order
     for batch in epoch:
         (size, length), = {batch[k].shape for k in pipeline.KEYS}
         assert size * length <= BUDGET and length in BOUNDARIES
         sizes[length].append(size)
-    expected = expected_bucket_sizes(embedded_corpus, tokenizer_8k)
+    expected = expected_bucket_sizes(head_pairs, tokenizer_8k)
     assert {length: sum(s) for length, s in sizes.items()} == dict(expected)
     for length, emitted in sizes.items():
         full, rest = divmod(expected[length], BUDGET // length)
@@ -66,7 +73,7 @@ def test_batch_sizes_follow_the_token_budget(epoch, embedded_corpus, tokenizer_8
         1 for n, count in expected.items() if count % (BUDGET // n))
 
 
-def test_every_valid_example_once_with_eos_and_bos(epoch, embedded_corpus, tokenizer_8k):
+def test_every_valid_example_once_with_eos_and_bos(epoch, head_pairs, tokenizer_8k):
     seen = collections.Counter()
     for batch in epoch:
         for source, target_in, target_out in zip(*(rows(batch[k]) for k in pipeline.KEYS)):
@@ -74,19 +81,20 @@ def test_every_valid_example_once_with_eos_and_bos(epoch, embedded_corpus, token
             assert target_in[1:] == target_out[:-1]
             seen[source[:-1], target_out[:-1]] += 1
     expected = collections.Counter(zip(
-        map(tuple, tokenizer_8k.tokenize(tf.constant(embedded_corpus.sources)).to_list()),
-        map(tuple, tokenizer_8k.tokenize(tf.constant(embedded_corpus.targets)).to_list())))
-    assert seen == expected  # max_length=256 keeps every pair of this corpus
+        map(tuple, tokenizer_8k.tokenize(tf.constant(head_pairs.sources)).to_list()),
+        map(tuple, tokenizer_8k.tokenize(tf.constant(head_pairs.targets)).to_list())))
+    assert seen == expected  # max_length=256 keeps every pair of these
 
 
-def test_padding_efficiency(epoch, embedded_corpus, tokenizer_8k):
+def test_padding_efficiency(epoch, head_pairs, tokenizer_8k):
+    """Measured: bucketed 0.854 (0.861 on all 20000 pairs), plain batches 0.263."""
     nonpad = sum(np.count_nonzero(b["source"]) + np.count_nonzero(b["target_out"]) for b in epoch)
     positions = sum(b["source"].size + b["target_out"].size for b in epoch)
     bucketed = nonpad / positions
     longest = max(max(len(r) for r in rows(b["source"]) + rows(b["target_in"])) for b in epoch)
     plain = stats.epoch_stats(stats.make_plain_dataset(
-        embedded_corpus, tokenizer_8k, CONFIG, batch_size=BUDGET // longest))
-    assert plain["examples"] == len(embedded_corpus) and plain["max_batch_tokens"] <= BUDGET
+        head_pairs, tokenizer_8k, CONFIG, batch_size=BUDGET // longest))
+    assert plain["examples"] == len(head_pairs) and plain["max_batch_tokens"] <= BUDGET
     assert bucketed >= 0.85 and bucketed > plain["padding_efficiency"] + 0.3
 
 
