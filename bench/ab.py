@@ -1,15 +1,14 @@
 """One change measured alone: a benchmark alternated between two revisions.
 
-  python -m bench.ab --base=HEAD~1 [--head=WORKTREE] --figure=tokens_per_sec \
-      [--match='preset=small'] [--key=beam,batch] [--rounds=3] -- python -m bench.train_throughput ...
+  python -m bench.ab --base=HEAD~1 --figure=tokens_per_sec [--match='preset=small'] \
+      [--key=beam,batch] [--rounds=3] -- python -m bench.train_throughput ...
 
-Checks `--base` out into a temporary worktree (the working tree itself is the
-head, uncommitted changes included, unless --head names another checkout) and
-runs the command in each, alternating B H B H ... --rounds times, so both see
-the same machine load. Reads `FIGURE=value` from the output lines containing
---match (every such line: several settings give several keys) and prints per
-line key the median of each side and head/base. On a shared machine only
-such ratios mean anything.
+Checks `--base` out into a temporary worktree (the working tree itself is the head,
+uncommitted changes included) and runs the command in each, alternating B H B H ...
+--rounds times, so both see the same machine load. Reads `FIGURE=value` from the output
+lines containing --match (every such line: several settings give several keys) and prints
+per line key the median of each side and head/base. On a shared machine only such ratios
+mean anything.
 """
 
 import argparse
@@ -26,7 +25,6 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--base", required=True, help="A git revision: the reference.")
-    parser.add_argument("--head", default=REPO, help="Checkout under test (default: this one).")
     parser.add_argument("--figure", required=True, help="Name of the `name=value` to compare.")
     parser.add_argument("--match", default="", help="Only output lines containing this.")
     parser.add_argument("--key", default="",
@@ -81,7 +79,7 @@ def main(argv=None):
             os.symlink(venv, os.path.join(base, ".venv"))
         results = {"base": {}, "head": {}}
         for round_ in range(args.rounds):
-            for side, checkout in (("base", base), ("head", args.head)):
+            for side, checkout in (("base", base), ("head", REPO)):
                 for key, value in figures(run(checkout, args.command), args.figure,
                                           args.match, args.key).items():
                     results[side].setdefault(key, []).append(value)

@@ -1,7 +1,6 @@
 """What the training loop costs the host per step, with nothing for the device to do.
 
-  python -m bench.host_overhead [--steps_per_call=8] [--steps=400] [--cpu_devices=0]
-                                [--jit_compile]
+  python -m bench.host_overhead [--steps_per_call=8] [--steps=400] [--cpu_devices=0] [--jit_compile]
 
 A model of negligible compute (1+1 layers, d_model 8, 16 tokens of vocabulary,
 batches of 2x4 tokens) trains through the real Trainer.train loop, once with one
@@ -18,6 +17,8 @@ import tempfile
 import time
 
 from absl import app, flags
+
+from tf_transformer import process_defaults
 
 STEPS_PER_CALL = flags.DEFINE_integer("steps_per_call", 8, "Steps per call to compare with 1.")
 STEPS = flags.DEFINE_integer("steps", 400, "Steps per measured window.")
@@ -53,8 +54,6 @@ def host_ms_per_step(steps_per_call: int, steps: int, strategy, jit_compile=Fals
 
 def main(argv):
     del argv
-    from tf_transformer import process_defaults
-
     process_defaults.apply()
     from tf_transformer.training import distribution
 
