@@ -31,11 +31,14 @@ def test_bleu_from_summed_statistics_is_the_corpus_bleu():
 
 @pytest.fixture(scope="module")
 def one_layer_model_dir(tmp_path_factory, spm_model_path):
-    """Seeded random weights of 1+1 layers: each search trace costs half the tiny model's."""
+    """Seeded random weights of 1+1 layers: each search trace costs half the tiny model's.
+    Seed 2: its greedy outputs differ from sentence to sentence and some have several words,
+    so their BLEU against themselves is 100 and against each other's near 0 (the outputs of
+    seed 1 are one word each: no 4-gram, BLEU 0 whatever the order)."""
     with open(spm_model_path, "rb") as f:
         proto = f.read()
     return make_model_dir(str(tmp_path_factory.mktemp("model") / "one_layer"), proto,
-                          num_layers=1)
+                          seed=2, num_layers=1)
 
 
 @pytest.mark.slow
@@ -45,8 +48,9 @@ def test_two_replicas_evaluate_as_one_device(one_layer_model_dir, small_tokenize
     dev loss of random weights, as one device sums it."""
     loaded = model_dir_lib.load_model(ModelDir(one_layer_model_dir))
     config = ModelDir(one_layer_model_dir).read_config()
-    # One search loop per trace (the parallel sub-batch searches are not what is split here).
-    config = config.replace(decode=DecodeConfig(beam_size=2, extra_length=3, batch_size=4,
+    # Greedy, one search loop per trace (neither the beam nor the parallel sub-batch searches
+    # are what is split here; a beam's trace costs twice the whole test).
+    config = config.replace(decode=DecodeConfig(beam_size=1, extra_length=3, batch_size=4,
                                                  parallel_searches=1))
     translator = Translator(loaded.model, small_tokenizer, config.decode, config.data.max_length)
     sources = SAMPLE_LINES + [line.lower() for line in SAMPLE_LINES[:3]]  # 11: uneven shards
@@ -60,6 +64,8 @@ def test_two_replicas_evaluate_as_one_device(one_layer_model_dir, small_tokenize
     split = evaluation.dev_bleu_fn(dev, small_tokenizer, config, batch_size=4, shards=shards)
     assert split(model)["dev_bleu"] == pytest.approx(100.0)
     assert sacrebleu.metrics.BLEU().corpus_score(sources, [references]).score < 50
+    misaligned = references[1:] + references[:1]  # what hypotheses met others' would score
+    assert sacrebleu.metrics.BLEU().corpus_score(misaligned, [references]).score < 50
 
     one = dev_loss_fn(pipeline.make_dataset(dev, small_tokenizer, config.data, training=False),
                       config.train.label_smoothing)(loaded.model)
