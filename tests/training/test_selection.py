@@ -173,18 +173,21 @@ def test_trainer_keeps_the_best_and_stops_early(tmp_path):
 
 
 def test_eval_every_checkpoints_the_evaluated_steps_and_resume_keeps_the_record(tmp_path):
+    """The second run is a second `train` of the same trainer (its traced step reused): each
+    `train` restores the latest checkpoint and reads the record from model_dir, as a new
+    trainer's would. early_stop=2 from the start: the first run's one evaluation without
+    improvement (step 4) does not stop it."""
     model_dir, lines = str(tmp_path / "run"), []
-    trainer = Trainer(train_config(keep_best=1), model_dir,
+    trainer = Trainer(train_config(keep_best=1, early_stop=2), model_dir,
                       tf.distribute.OneDeviceStrategy("/cpu:0"))
     data = dataset_of([concat_batches(*pair) for pair in STEPS])
-    trainer.train(data, max_steps=4, evaluate_fn=Scripted([5.0, 1.0]), eval_every=2,
-                  log_fn=lines.append)
+    first = trainer.train(data, max_steps=4, evaluate_fn=Scripted([5.0, 1.0]), eval_every=2,
+                          log_fn=lines.append)
+    assert (first.stopped_by, first.step) == ("max_steps", 4)
     assert [os.path.basename(p) for p in ModelDir(model_dir).checkpoint_paths()] == [
         "ckpt-2", "ckpt-4"]  # step 2 was saved for its evaluation
     assert [e["checkpoint"] for e in ModelDir(model_dir).read_record()["best"]] == ["ckpt-2"]
-    resumed = Trainer(train_config(keep_best=1, early_stop=2), model_dir,
-                      tf.distribute.OneDeviceStrategy("/cpu:0"))
-    result = resumed.train(data, max_steps=100, evaluate_fn=Scripted([2.0, 3.0, 4.0]),
+    result = trainer.train(data, max_steps=100, evaluate_fn=Scripted([2.0, 3.0, 4.0]),
                            eval_every=2, log_fn=lines.append)
     # The record survived: step 6 is the second evaluation without beating step 2's 5.0.
     assert (result.stopped_by, result.step) == ("early_stop", 7)
