@@ -7,31 +7,27 @@ EOS, so every hypothesis runs to source + extra_length: a worst case, and the ho
 figure is ms per decoding step, counted on the steps actually run (a counter around
 decode_step, in an untimed run of its own), which holds for a trained model too. With
 --parallel_searches, ms_per_step is per search step: compare sentences/s across it.
-Sources are random token ids of a fixed length (EOS last).
 
-Part `throughput`: beam 4 and greedy (beam 1) at batch 32 and 1, sources of 32 tokens.
-Part `mixed`: beam 4 and 1 at batch 32 and 1, sources of random lengths
-(--mixed_lengths, uniform), so the maximum output lengths differ: finished
-sentences leave the batch (decoding/live_rows.py). Every figure also gives
-row_steps, the decoder rows computed, and live_row_steps, those of sentences
-still decoding (counted on a graph-mode shrinking search of the same batch,
-untimed); occupancy = live_row_steps / row_steps.
-Part `real` (--sources=FILE, --model_dir): every line of a text file, tokenized
-by the model's vocabulary, sorted by length and decoded in batches of --batch
-(beam 4 and greedy): sentences/s and occupancy of the search on real outputs,
-and cores_busy: the process's CPU seconds per wall second (2.0 on 2 cores means
-no thread waits; near 1.0, the step is a chain of ops that run one at a time).
-Everything is traced (and with --jit_compile XLA-compiled) and run once before
-timing (first_call_s: that run, compile included); the figure is the median
-of --repeats runs.
+Part `throughput`: beam 4 and greedy (beam 1) at batch 32 and 1, random sources of 32
+tokens (EOS last). Part `real` (--sources=FILE, --model_dir): every line of a text file,
+tokenized by the model's vocabulary, sorted by length and decoded in batches of --batch
+(beam 4 and greedy). Every figure also gives row_steps, the decoder rows computed;
+live_row_steps, those of sentences still decoding (finished ones leave the batch:
+decoding/live_rows.py; counted on a graph-mode search, untimed); occupancy, their ratio;
+and cores_busy: the process's CPU seconds per wall second (2.0 on 2 cores means no thread
+waits; near 1.0, the step is a chain of ops that run one at a time). Everything is traced
+(with --jit_compile, XLA-compiled) and run once before timing (first_call_s: that run,
+compile included); the figure is the median of --repeats runs. One intra-op thread, the
+serving setting of decode_peer.py --threads=1: TF_NUM_INTRAOP_THREADS=1 in the environment.
 
-With --profile: instead, where one search's time goes (beam 4, batch --batch,
-random sources of 32; with --sources, --profile_batches real batches): the
-TensorFlow profiler's op self times grouped by op type and the top ops by name
-(needs `xprof`; graph mode, without --jit_compile).
+With --profile: instead, where one search's time goes (beam 4, batch --batch, random
+sources of 32; with --sources, --profile_batches real batches): the TensorFlow profiler's
+op self times grouped by op type and the top ops by name (needs `xprof`; graph mode).
 """
 
 import collections
+import glob
+import json
 import os
 import random
 import statistics
@@ -45,27 +41,22 @@ from tf_transformer.config import EOS_ID, DecodeConfig
 
 MODEL_DIR = flags.DEFINE_string("model_dir", None, "A trained model; default random `small`.")
 PRESET = flags.DEFINE_string("preset", "small", "Preset for random weights.")
-JIT = flags.DEFINE_bool("jit_compile", False,
-                        "The Translator's XLA search (DecodeConfig.jit_compile).")
+JIT = flags.DEFINE_bool("jit_compile", False, "The XLA search (DecodeConfig.jit_compile).")
 PARALLEL = flags.DEFINE_integer("parallel_searches", DecodeConfig.parallel_searches,
                                 "DecodeConfig.parallel_searches (graph mode).")
 REPEATS = flags.DEFINE_integer("repeats", 3, "Timed runs per figure (median).")
 EXTRA = flags.DEFINE_integer("extra_length", 50, "Max output = source + this.")
 PROFILE = flags.DEFINE_bool("profile", False, "Print an op profile of one search instead.")
-PARTS = flags.DEFINE_list("parts", ["throughput", "mixed"], "Parts to run.")
-MIXED = flags.DEFINE_list("mixed_lengths", ["4", "64"], "Part `mixed`: min and max lengths.")
-SOURCES = flags.DEFINE_string(
-    "sources", None, "A text file, one sentence per line (needs --model_dir): part `real` "
-    "decodes all of it, and --profile profiles it, sorted by length in batches of --batch.")
+PARTS = flags.DEFINE_list("parts", ["throughput"], "Parts to run (`real`: see --sources).")
+flags.register_validator("parts", lambda parts: set(parts) <= {"throughput", "real"},
+                         "--parts: a comma list of throughput, real")
+SOURCES = flags.DEFINE_string("sources", None, "A text file, one sentence per line (needs "
+                              "--model_dir): part `real` and --profile decode it.")
 BATCH = flags.DEFINE_integer("batch", 32, "Batch size of part `real` and of --profile.")
-PROFILE_BATCHES = flags.DEFINE_integer(
-    "profile_batches", 8, "--profile with --sources: this many batches, evenly spread over "
-    "the sorted file.")
+PROFILE_BATCHES = flags.DEFINE_integer("profile_batches", 8, "--profile with --sources: this "
+                                       "many batches, evenly spread over the sorted file.")
 DTYPE = flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"],
                           "DecodeConfig.dtype: the Translator's weights and products.")
-INTRA_OP = flags.DEFINE_integer(
-    "intra_op_threads", 0, "TensorFlow's intra-op threads (0: its default); 1 is the "
-    "serving setting of decode_peer.py --threads=1.")
 
 
 class _StepCounter:
@@ -120,16 +111,22 @@ def _search_fn(translator):
     return lambda source: translator.translate_ids(source)["lengths"]
 
 
-def _source(translator, batch: int, source_length: int, mixed: bool = False):
+def _seconds(search, sources) -> float:
+    """Wall seconds of `search` over every batch of `sources`, its outputs read."""
+    start = time.perf_counter()
+    for source in sources:
+        search(source).numpy()
+    return time.perf_counter() - start
+
+
+def _source(translator, batch: int, source_length: int):
+    """Random ids of `source_length` tokens, EOS last."""
     import numpy as np
     import tensorflow as tf
 
-    rng = np.random.default_rng(0)
-    source = rng.integers(4, translator.model.vocab_size, size=(batch, source_length))
-    ends = (rng.integers(int(MIXED.value[0]), int(MIXED.value[1]) + 1, size=batch) if mixed
-            else np.full([batch], source_length))
-    source[np.arange(source_length) >= ends[:, None]] = 0  # PAD
-    source[np.arange(batch), ends - 1] = EOS_ID
+    source = np.random.default_rng(0).integers(4, translator.model.vocab_size,
+                                               size=(batch, source_length))
+    source[:, -1] = EOS_ID
     return tf.constant(source.astype(np.int32))
 
 
@@ -151,10 +148,7 @@ def _measure(translator, counted, counter, sources, sentences: int) -> dict:
     """All `sources` once untimed (traces, compiles), then --repeats timed passes (the
     median), and the steps and rows of a counted pass."""
     search = _search_fn(translator)
-    start = time.perf_counter()
-    for source in sources:
-        search(source).numpy()
-    first_call = time.perf_counter() - start
+    first_call = _seconds(search, sources)
     times, busy = [], []
     for _ in range(REPEATS.value):
         start, cpu_start = time.perf_counter(), time.process_time()
@@ -170,11 +164,6 @@ def _measure(translator, counted, counter, sources, sentences: int) -> dict:
             "row_steps": row_steps, "live_row_steps": live,
             "occupancy": live / row_steps if live > 0 else float("nan"),
             "first_call_s": first_call, "cores_busy": statistics.median(busy)}
-
-
-def _measure_random(translators, batch: int, source_length: int, mixed: bool = False) -> dict:
-    source = _source(translators[0], batch, source_length, mixed)
-    return _measure(*translators, [source], batch)
 
 
 def _real_batches(translator) -> list:
@@ -196,18 +185,20 @@ def _print(name: str, figures: dict, **settings):
                       for k, v in figures.items()]), flush=True)
 
 
-def _print_shares(title: str, totals: collections.Counter, num_steps: int, unit: float):
-    """The top --top of `totals` (in `unit` per millisecond) with their share and ms/step."""
-    print(title)
-    total = sum(totals.values())
-    for name, value in totals.most_common(20):
-        print(f"  {name[:70]:70s} {value / total:6.1%} {value / unit / max(num_steps, 1):7.2f} ms/step")
+def _op_stats(logdir: str) -> list[dict]:
+    """Per-op rows (type, operation, total_self_time, ...) of the profiler trace
+    in `logdir`, host side. Needs the `xprof` package (not a runtime dependency)."""
+    from xprof.convert import raw_to_tool_data
+
+    paths = glob.glob(f"{logdir}/**/*.xplane.pb", recursive=True)
+    data, _ = raw_to_tool_data.xspace_to_tool_data(paths, "framework_op_stats", {})
+    table = json.loads(data)[0]  # the host table
+    columns = [c["id"] for c in table["cols"]]
+    return [dict(zip(columns, [cell.get("v") for cell in row["c"]])) for row in table["rows"]]
 
 
-def _profile(translator, counted, counter, batch: int = 32, source_length: int = 32):
+def _profile(translator, counted, counter, source_length: int = 32):
     import tensorflow as tf
-
-    from bench.timing import op_stats
 
     if SOURCES.value:
         batches = _real_batches(translator)
@@ -215,31 +206,30 @@ def _profile(translator, counted, counter, batch: int = 32, source_length: int =
         sources = batches[::spread][:PROFILE_BATCHES.value]
         what = f"sources={SOURCES.value} batches={len(sources)} of {BATCH.value}"
     else:
-        sources = [_source(translator, batch, source_length)]
-        what = f"batch={batch} source_length={source_length}"
+        sources = [_source(translator, BATCH.value, source_length)]
+        what = f"batch={BATCH.value} source_length={source_length}"
     search = _search_fn(translator)
-    for source in sources:
-        search(source)  # trace / compile outside the profile
+    _seconds(search, sources)  # traces outside the profile
     logdir = tempfile.mkdtemp(prefix="profile_decode_")
     tf.profiler.experimental.start(logdir)
-    start = time.perf_counter()
-    for source in sources:
-        search(source).numpy()
-    seconds = time.perf_counter() - start
+    seconds = _seconds(search, sources)
     tf.profiler.experimental.stop()
     num_steps, _ = counter.count(counted, sources)
     print(f"profile beam=4 {what} steps={num_steps} "
           f"ms_per_step={1000 * seconds / max(num_steps, 1):.2f} (under the profiler)")
-    rows = op_stats(logdir)
+    rows = _op_stats(logdir)
     for key, title in (("type", "by op type"), ("operation", "by op")):
         totals = collections.Counter()
         for row in rows:
             name = row.get(key, "?")
             if key == "operation":  # the loop body's op, summed over parallel searches
                 name = f'{name.rsplit("/while/", 1)[-1]} ({row.get("type", "?")})'
-            totals[name] += float(row.get("total_self_time", 0) or 0)
-        _print_shares(f"{title} (share of {sum(totals.values()) / 1000:.0f} ms self time; "
-                      "IDLE: executor threads waiting)", totals, num_steps, 1000)
+            totals[name] += float(row.get("total_self_time", 0) or 0)  # microseconds
+        total = sum(totals.values())
+        print(f"{title} (share of {total / 1000:.0f} ms self time; IDLE: executor threads waiting)")
+        for name, value in totals.most_common(20):
+            ms_per_step = value / 1000 / max(num_steps, 1)
+            print(f"  {name[:70]:70s} {value / total:6.1%} {ms_per_step:7.2f} ms/step")
 
 
 def main(argv):
@@ -247,26 +237,18 @@ def main(argv):
     if PROFILE.value and JIT.value:
         raise app.UsageError("--profile times the graph-mode search: leave out --jit_compile")
     process_defaults.apply()  # before TensorFlow's import: the binaries' kernels
-    import tensorflow as tf
-
-    if INTRA_OP.value:
-        tf.config.threading.set_intra_op_parallelism_threads(INTRA_OP.value)
     if PROFILE.value:
-        _profile(*_translator(4), batch=BATCH.value)
+        _profile(*_translator(4))
         return
-    weights = MODEL_DIR.value or f"random:{PRESET.value}"
-    print(f"decode weights={weights} dtype={DTYPE.value} jit_compile={JIT.value} "
-          f"cpus={os.cpu_count()} "
-          f"extra_length={EXTRA.value} repeats={REPEATS.value}")
+    print(f"decode weights={MODEL_DIR.value or 'random:' + PRESET.value} dtype={DTYPE.value} "
+          f"jit_compile={JIT.value} cpus={os.cpu_count()} extra_length={EXTRA.value} "
+          f"repeats={REPEATS.value}")
     translators = {k: _translator(k) for k in (4, 1)}
     for beam in (4, 1) if "throughput" in PARTS.value else ():
         for batch in (32, 1):
-            _print("throughput", _measure_random(translators[beam], batch, 32), beam=beam,
+            source = _source(translators[beam][0], batch, 32)
+            _print("throughput", _measure(*translators[beam], [source], batch), beam=beam,
                    batch=batch, source_length=32)
-    for beam in (4, 1) if "mixed" in PARTS.value else ():
-        for batch in (32, 1):
-            _print("mixed", _measure_random(translators[beam], batch, int(MIXED.value[1]), mixed=True),
-                   beam=beam, batch=batch, source_lengths="-".join(MIXED.value))
     if SOURCES.value:
         batches = _real_batches(translators[4][0])
         sentences = sum(int(b.shape[0]) for b in batches)
