@@ -37,8 +37,7 @@ def host_ms_per_step(steps_per_call: int, steps: int, strategy, jit_compile=Fals
     from tf_transformer.config import Config, ModelConfig, TrainConfig
     from tf_transformer.training.trainer import Trainer
 
-    model = ModelConfig(vocab_size=16, num_layers=1, d_model=8, d_ff=8, num_heads=1,
-                        dropout=0.0)
+    model = ModelConfig(vocab_size=16, num_layers=1, d_model=8, d_ff=8, num_heads=1, dropout=0.0)
     train = TrainConfig(warmup_steps=10, log_every=steps, checkpoint_minutes=1e9,
                         divergence_steps=0, steps_per_call=steps_per_call,
                         jit_compile=jit_compile)

@@ -13,6 +13,7 @@ is a real token; the step is the trainer's own distributed step function.
 """
 
 import dataclasses
+import itertools
 import time
 
 from absl import app, flags
@@ -64,20 +65,16 @@ def time_setting(preset, dtype, xla, steps) -> dict:
 def main(argv):
     del argv
     process_defaults.apply()  # before TensorFlow's import: the binaries' kernels
-    import tensorflow as tf
-
-    peak32, peak16 = matmul_peak(tf.float32), matmul_peak(tf.bfloat16)
+    peak32, peak16 = matmul_peak("float32"), matmul_peak("bfloat16")
     print(f"matmul_peak float32_gflops={peak32 / 1e9:.1f} bfloat16_gflops={peak16 / 1e9:.1f}")
-    for preset in FLAGS.presets:
-        for dtype in FLAGS.dtypes:
-            for xla in FLAGS.xla:
-                r = time_setting(preset, dtype, xla == "true", FLAGS.steps)
-                mfu = r["tflops"] * 1e12 / peak32
-                extra = (f" mfu_vs_bf16_peak={r['tflops'] * 1e12 / peak16:.3f}"
-                         if dtype == "mixed_bfloat16" else "")
-                print(f"train preset={preset} dtype={dtype} xla={xla} batch={r['batch']} "
-                      f"tokens_per_sec={r['tokens_per_sec']:.0f} ms_per_step={r['ms_per_step']:.0f} "
-                      f"model_tflops={r['tflops']:.3f} mfu={mfu:.3f}{extra}", flush=True)
+    for preset, dtype, xla in itertools.product(FLAGS.presets, FLAGS.dtypes, FLAGS.xla):
+        r = time_setting(preset, dtype, xla == "true", FLAGS.steps)
+        mfu = r["tflops"] * 1e12 / peak32
+        extra = (f" mfu_vs_bf16_peak={r['tflops'] * 1e12 / peak16:.3f}"
+                 if dtype == "mixed_bfloat16" else "")
+        print(f"train preset={preset} dtype={dtype} xla={xla} batch={r['batch']} "
+              f"tokens_per_sec={r['tokens_per_sec']:.0f} ms_per_step={r['ms_per_step']:.0f} "
+              f"model_tflops={r['tflops']:.3f} mfu={mfu:.3f}{extra}", flush=True)
 
 
 if __name__ == "__main__":

@@ -10,14 +10,7 @@ def model(dropout=0.1, attention_dropout=0.0, ffn_dropout=0.0):
     return opennmt.models.Transformer(
         source_inputter=opennmt.inputters.WordEmbedder(embedding_size=256),
         target_inputter=opennmt.inputters.WordEmbedder(embedding_size=256),
-        num_layers=3,
-        num_units=256,
-        num_heads=4,
-        ffn_inner_dim=1024,
-        dropout=dropout,
-        attention_dropout=attention_dropout,
-        ffn_dropout=ffn_dropout,
-        share_embeddings=opennmt.models.EmbeddingsSharingLevel.ALL,
-        pre_norm=True,
-        output_layer_bias=False,
-    )
+        num_layers=3, num_units=256, num_heads=4, ffn_inner_dim=1024,
+        dropout=dropout, attention_dropout=attention_dropout, ffn_dropout=ffn_dropout,
+        share_embeddings=opennmt.models.EmbeddingsSharingLevel.ALL, pre_norm=True,
+        output_layer_bias=False)

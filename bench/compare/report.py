@@ -28,8 +28,7 @@ def plot(results, path):
             points = (results.get(name) or {}).get(key)
             if points:
                 ax.plot([t / 60 for t, _ in points], [v for _, v in points], marker=".", label=label)
-        ax.set_title(titles[key])
-        ax.set_xlabel("minutes since process start")
+        ax.set(title=titles[key], xlabel="minutes since process start")
         ax.legend()
         ax.grid(alpha=0.3)
     fig.tight_layout()
