@@ -85,10 +85,19 @@ def _preempt(model):
     raise _Preempted
 
 
+def _forget(trainer):
+    """A trainer as a new process would start it before restoring: every checkpointed
+    variable (weights, Adam's slots and step count) zeroed, so only the checkpoint can give
+    them back. (The same trainer, not a new one: its traced loop is reused.)"""
+    for variable in trainer.model.weights + trainer.optimizer.variables:
+        variable.assign(tf.zeros_like(variable))
+    assert trainer.step == 0
+
+
 def test_n_steps_per_call_then_resume_equal_one_step_per_call(straight, tmp_path):
     """3 steps in one call and a checkpoint, whose input position holds the next step's
-    batches already staged on the devices; the run dies; a new trainer resumes for 3 more
-    steps in one call: the weights of 6 steps one per call."""
+    batches already staged on the devices; the run dies; the trainer, its state forgotten,
+    resumes for 3 more steps in one call: the weights of 6 steps one per call."""
     one, _, _ = straight
     path = tmp_path / "n_per_call"
     first = _trainer(path, _mirrored(), log_every=100, steps_per_call=4, checkpoint_steps=3)
@@ -98,7 +107,8 @@ def test_n_steps_per_call_then_resume_equal_one_step_per_call(straight, tmp_path
     saved = tf.train.load_checkpoint(str(path / "input" / "worker_0" / "input-3"))
     staged = saved.get_tensor("staged/.ATTRIBUTES/VARIABLE_VALUE")
     assert len(staged) == 2 * 3  # 2 replicas x (source, target_in, target_out)
-    resumed = _trainer(path, _mirrored(), log_every=100, steps_per_call=4)
+    resumed = first
+    _forget(resumed)
     result = resumed.train(dataset_of(BATCHES), max_steps=6, log_fn=lambda line: None)
     assert result.step == 6 == resumed.step and resumed.inputs.restored_step == 3
     for a, b in zip(weights_but_key_biases(resumed), weights_but_key_biases(one)):
