@@ -92,10 +92,10 @@ def _warm_up(run, batches) -> int:
     return len(seen)
 
 
-def _seconds(run, lines) -> float:
+def _timed(fn, *args) -> tuple:
+    """(fn(*args), the wall seconds it took)."""
     start = time.perf_counter()
-    run(lines)
-    return time.perf_counter() - start
+    return fn(*args), time.perf_counter() - start
 
 
 def main():
@@ -113,17 +113,12 @@ def main():
         lines = [line.rstrip("\n") for line in f]
     batches = [lines[i:i + args.batch_size] for i in range(0, len(lines), args.batch_size)]
     latency_lines = lines[::max(1, len(lines) // max(args.latency_sentences, 1))][:args.latency_sentences]
-    start = time.perf_counter()
-    run = load_system(args)
-    run(batches[0])  # trace / warm up
-    load_seconds = time.perf_counter() - start
-    start = time.perf_counter()
-    compiled_shapes = _warm_up(run, batches + [[line] for line in latency_lines])
-    compile_seconds = time.perf_counter() - start
-    start = time.perf_counter()
-    translations = [t for batch in batches for t in run(batch)]
-    batch_seconds = time.perf_counter() - start
-    latencies = sorted(_seconds(run, [line]) for line in latency_lines)
+    run, load_seconds = _timed(load_system, args)
+    load_seconds += _timed(run, batches[0])[1]  # trace / warm up
+    compiled_shapes, compile_seconds = _timed(_warm_up, run,
+                                              batches + [[line] for line in latency_lines])
+    translations, batch_seconds = _timed(lambda: [t for batch in batches for t in run(batch)])
+    latencies = sorted(_timed(run, [line])[1] for line in latency_lines)
     figures = {
         "system": args.system, "compute_type": args.compute_type,
         "effective_compute_type": getattr(run, "compute_type", None), "sentences": len(lines),
