@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from model_fixtures import MAX_CHARS, TRAIN_TSV, tiny_config
-from trainer_fixtures import read_scalars
+from trainer_fixtures import dataset_of, read_scalars
 
 from tf_transformer.inputs import corpus, pipeline
 from tf_transformer.model_dir import ModelDir
@@ -85,37 +85,51 @@ def pairs():
 WARMUP, WINDOW, STEPS = 20, 30, 60
 
 
-def _train(tmp_path, pairs, tokenizer, scale):
+def _config(tokenizer, scale=1.0):
     # One layer each side: half the step's tracing, and it still memorises the pairs.
     config = tiny_config(tokenizer.vocab_size, num_layers=1)
-    config = config.replace(
+    return config.replace(
         train=dataclasses.replace(config.train, learning_rate_scale=scale, warmup_steps=WARMUP,
                                   divergence_steps=WINDOW, log_every=10),
         data=dataclasses.replace(config.data, tokens_per_batch=512, deterministic=True))
+
+
+@pytest.fixture(scope="module")
+def batches(pairs, small_tokenizer):
+    """The pipeline's first STEPS batches of the pairs and their unigram level, made once for
+    the three runs below (each pipeline's tracing costs a second or two), which repeat them."""
+    config = _config(small_tokenizer)
+    dataset = pipeline.make_dataset(pairs, small_tokenizer, config.data, training=True)
+    unigram = divergence.corpus_unigram_loss(pairs, small_tokenizer,
+                                             config.train.label_smoothing)
+    return list(dataset.take(STEPS).as_numpy_iterator()), unigram
+
+
+def _train(tmp_path, batches, tokenizer, scale):
+    config = _config(tokenizer, scale)
     model_dir = str(tmp_path / f"scale{scale}")
     ModelDir(model_dir).prepare(config, tokenizer.model_proto)
-    unigram = divergence.corpus_unigram_loss(pairs, tokenizer, config.train.label_smoothing)
+    batches, unigram = batches
     lines = []
     Trainer(config, model_dir, tf.distribute.OneDeviceStrategy("/cpu:0")).train(
-        lambda step: pipeline.dataset_fn(pairs, tokenizer, config.data, training=True),
-        max_steps=STEPS, log_fn=lines.append, unigram_loss=unigram)
+        dataset_of(batches), max_steps=STEPS, log_fn=lines.append, unigram_loss=unigram)
     warnings = [line for line in lines if "diverged?" in line]
     return warnings, read_scalars(f"{model_dir}/train"), unigram
 
 
 @pytest.mark.parametrize("scale", [0.0, pytest.param(8.0, marks=pytest.mark.slow)])
-def test_a_model_that_cannot_learn_is_reported(tmp_path, pairs, small_tokenizer, scale):
+def test_a_model_that_cannot_learn_is_reported(tmp_path, batches, small_tokenizer, scale):
     """Learning rate 0 (loss flat above the level) and 16x the rate that learns (the
     loss collapses onto the level)."""
-    warnings, scalars, unigram = _train(tmp_path, pairs, small_tokenizer, scale)
+    warnings, scalars, unigram = _train(tmp_path, batches, small_tokenizer, scale)
     assert warnings and warnings[0].startswith("warning: diverged? loss ")
     assert f"unigram level {unigram:.3f} for {WINDOW} steps" in warnings[0]
     assert scalars["divergence_warnings"][STEPS] == len(warnings)
     assert scalars["unigram_loss"][STEPS] == pytest.approx(unigram, rel=1e-6)
 
 
-def test_a_model_that_learns_is_not_reported(tmp_path, pairs, small_tokenizer):
-    warnings, scalars, unigram = _train(tmp_path, pairs, small_tokenizer, 0.5)
+def test_a_model_that_learns_is_not_reported(tmp_path, batches, small_tokenizer):
+    warnings, scalars, unigram = _train(tmp_path, batches, small_tokenizer, 0.5)
     assert not warnings
     assert scalars["divergence_warnings"][STEPS] == 0
     assert scalars["loss"][STEPS] < unigram - divergence.TOLERANCE
