@@ -245,13 +245,13 @@ def test_rdrop_alpha_is_validated_and_set_by_its_flag():
     for bad in (-1.0, float("nan")):
         with pytest.raises(ConfigError, match="rdrop_alpha must be >= 0"):
             TrainConfig(rdrop_alpha=bad)
+    # Both command lines parsed in one process (each launch imports TensorFlow).
     script = ("import json, sys\nfrom absl import flags\nfrom tf_transformer import flags as f\n"
-              "f.define_model_flags()\nflags.FLAGS(['x', *sys.argv[1:]])\n"
-              "print(json.dumps(f.config_from_flags(vocab_size=100).train.rdrop_alpha))")
-    values = []
-    for argv in ([], ["--rdrop_alpha=5"]):
-        result = subprocess.run([sys.executable, "-c", script, *argv], cwd=REPO_ROOT,
-                                capture_output=True, text=True, timeout=120)
-        assert result.returncode == 0, result.stderr[-2000:]
-        values.append(json.loads(result.stdout))
-    assert values == [0.0, 5.0]
+              "f.define_model_flags()\nvalues = []\nfor argv in json.loads(sys.argv[1]):\n"
+              "    flags.FLAGS.unparse_flags()\n    flags.FLAGS(['x', *argv])\n"
+              "    values.append(f.config_from_flags(vocab_size=100).train.rdrop_alpha)\n"
+              "print(json.dumps(values))")
+    result = subprocess.run([sys.executable, "-c", script, json.dumps([[], ["--rdrop_alpha=5"]])],
+                            cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert json.loads(result.stdout) == [0.0, 5.0]
