@@ -35,7 +35,8 @@ def test_versions_are_claimed_atomically_and_never_reused(tmp_path, monkeypatch)
     vocab = tmp_path / "vocab.model"
     vocab.write_bytes(b"x")
     fake = types.SimpleNamespace(beam_size=1, nbest=1, alpha=0.6, extra_length=5, jit_compile=False,
-                                 max_source_length=8, max_target_length=8, dtype="float32")
+                                 max_source_length=8, max_target_length=8, dtype="float32",
+                                 model_search=types.SimpleNamespace(bounded_shapes=False))
     with pytest.raises(RuntimeError):
         saved_model.export(fake, base, str(vocab), {})
     assert not [n for n in os.listdir(base) if n.startswith(".tmp-5")]  # cleaned up
