@@ -118,6 +118,16 @@ def serving_env():
     return {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "TF_ENABLE_ONEDNN_OPTS": "1"}
 
 
+def clean_and_translator_outputs(exported, translator, texts, cwd, serve_batch, batch=8):
+    """(the export's translations of `texts` from a clean process importing only TensorFlow
+    and its SentencePiece op library, the Translator's in batches of `batch`)."""
+    from tf_transformer.cli.batching import translate_sentences
+    got, status = clean_translate(exported, ("\n".join(texts) + "\n").encode(), cwd,
+                                  "--ops=libraries", "--refuse=all", f"--batch_size={serve_batch}")
+    assert status["loaded_modules"] == []
+    return got, [t.texts[0] for t in translate_sentences(translator, texts, batch_size=batch)]
+
+
 def clean_translate(exported, lines: bytes, cwd, *args):
     """export/serving/translate_saved_model.py in a clean process (`python -I`):
     (output lines, its status json)."""

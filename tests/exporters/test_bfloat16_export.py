@@ -11,7 +11,7 @@ import tensorflow as tf
 from saved_model_fixtures import (
     DECODE,
     DECODE_FLAGS,
-    clean_translate,
+    clean_and_translator_outputs,
     dev_sentences,
     export_model,
     serve_bytes,
@@ -92,11 +92,8 @@ def test_export_holds_bfloat16_variables_and_serves_in_a_clean_process(
     # One batch of 21: the export's two parallel searches (conftest.py's bf16_exported),
     # against one search per batch of 8 in bf16_translator.
     texts = dev_sentences(20, start=300) + [""]
-    got, status = clean_translate(bf16_exported, ("\n".join(texts) + "\n").encode(),
-                                  str(tmp_path), "--ops=libraries", "--refuse=all",
-                                  "--batch_size=32")
-    assert status["loaded_modules"] == []
-    expected = [t.texts[0] for t in translate_sentences(bf16_translator, texts, batch_size=8)]
+    got, expected = clean_and_translator_outputs(bf16_exported, bf16_translator, texts,
+                                                 str(tmp_path), serve_batch=32)
     assert got == expected
 
 

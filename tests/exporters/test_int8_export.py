@@ -14,7 +14,7 @@ from model_fixtures import REPO_ROOT
 from saved_model_fixtures import (
     DECODE,
     DECODE_FLAGS,
-    clean_translate,
+    clean_and_translator_outputs,
     dev_sentences,
     export_model,
     serve_bytes,
@@ -22,7 +22,6 @@ from saved_model_fixtures import (
 )
 from tensorflow.core.protobuf import saved_model_pb2
 
-from tf_transformer.cli.batching import translate_sentences
 from tf_transformer.decoding.translator import Translator
 from tf_transformer.exporters import saved_model
 from tf_transformer.model_dir import ModelDir
@@ -72,11 +71,8 @@ def test_export_holds_int8_constants_beside_bfloat16_variables(int8_exported, tr
 def test_int8_export_serves_in_a_clean_process_as_the_translator(
         int8_exported, int8_translator, tmp_path):
     texts = dev_sentences(12, start=300) + [""]
-    got, status = clean_translate(int8_exported, ("\n".join(texts) + "\n").encode(),
-                                  str(tmp_path), "--ops=libraries", "--refuse=all",
-                                  "--batch_size=8")
-    assert status["loaded_modules"] == []
-    expected = [t.texts[0] for t in translate_sentences(int8_translator, texts, batch_size=8)]
+    got, expected = clean_and_translator_outputs(int8_exported, int8_translator, texts,
+                                                 str(tmp_path), serve_batch=8)
     assert got == expected
 
 
