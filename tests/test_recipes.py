@@ -1,23 +1,24 @@
-"""The four WMT14 recipes run end to end on TFDS mock data: train (reading
-`tfds:wmt14_translate/...` as a stream, dev loss and BLEU from its validation split),
-average, translate, evaluate on the test split and export, each binary once for all
-four recipes.
+"""The four WMT14 recipes on TFDS mock data.
 
-Only sizes are overridden: the token budget and the steps (2, the 2 averaged); the
-vocabulary is given (the recipes' 32-37k pieces cannot be learned from mock sentences).
-`make test` trains the four at a tiny width (1+1 layers of d_model 32; dev BLEU of 2
-sentences for the first, dev loss for all: the path is the same) in its own process
-(tfds_fixtures.run_mains_on_mock_data: each launch would import TensorFlow), then
-averages the first's 2 checkpoints (a checkpoint each step for it; the others save
-at the end) and evaluates it on its TFDS test split (the Translator's search on a
-mixed_bfloat16 model); `make test-recipes` runs the whole chain for all four at that
-width and at the recipes' own base and big sizes (tens of minutes on a CPU), each
-binary in a process of its own (tests/tfds_fixtures.py runs its main per recipe).
+`make test` reads each recipe's flags into its training options (the paper's sizes,
+schedule and dtype) and opens its train and dev specs (`tfds:wmt14_translate/...`) as
+streams, then runs the first recipe end to end: train (reading its stream, dev loss and
+BLEU from its validation split), average, evaluate on its test split. Only sizes are
+overridden there: the token budget, the steps (2, the 2 averaged) and a tiny width (1+1
+layers of d_model 32); the vocabulary is given (the recipes' 32-37k pieces cannot be
+learned from mock sentences). The four differ only in flags and data specs, so one
+training covers the path the others take; each binary runs in this process
+(tfds_fixtures.run_mains_on_mock_data: each launch would import TensorFlow).
+`make test-recipes` runs the whole chain (train, average, translate, evaluate, export)
+for all four at that width and at the recipes' own base and big sizes (tens of minutes
+on a CPU), each binary in a process of its own (tfds_fixtures.run_binary).
 """
 
 import os
 
 import pytest
+from absl import flags
+from binary_fixtures import binary_module
 from tfds_fixtures import REPO_ROOT, binary_env, run_binary, run_mains_on_mock_data
 
 pytestmark = pytest.mark.slow
@@ -25,8 +26,14 @@ pytestmark = pytest.mark.slow
 RECIPES = ["wmt14_en_de_base", "wmt14_en_de_big", "wmt14_en_fr_base", "wmt14_en_fr_big"]
 MOCK_EXAMPLES = 16
 # make test: 4 examples a split, enough for 4 test sentences; the dev loss then reads one
-# batch (one trace of its function per recipe).
+# batch (one trace of its function).
 MOCK_EXAMPLES_HERE = 4
+# The paper's models (Table 3) and the recipes' choices: (d_model, d_ff, heads, P_drop,
+# vocabulary pieces, checkpoints averaged).
+PAPER = {"wmt14_en_de_base": (512, 2048, 8, 0.1, 37000, 5),
+         "wmt14_en_de_big": (1024, 4096, 16, 0.3, 37000, 20),
+         "wmt14_en_fr_base": (512, 2048, 8, 0.1, 32000, 5),
+         "wmt14_en_fr_big": (1024, 4096, 16, 0.1, 32000, 20)}
 SIZES = ["--tokens_per_batch=256", "--max_steps=2", "--eval_every=2"]
 EVERY_STEP = ["--checkpoint_steps=1"]  # the 2 checkpoints averaged
 TINY = ["--num_layers=1", "--d_model=32", "--d_ff=64", "--num_heads=2"]
@@ -49,31 +56,57 @@ def _run_here(module, runs, timeout=None):
     return "".join(result["stdout"] for result in results)
 
 
-def _train(dirs, vocab, overrides, dev_bleu_all=True, run=_run, every_step_all=True):
-    """Trains the four recipes; dev BLEU for the first only unless `dev_bleu_all`, a
-    checkpoint every step for the first only unless `every_step_all`."""
+def _flagfile(recipe):
+    return f"--flagfile={os.path.join(REPO_ROOT, 'tf_transformer', 'recipes', recipe + '.flags')}"
+
+
+def _train(dirs, vocab, overrides, recipes=RECIPES, run=_run):
+    """Trains `recipes` (dev BLEU of 2 sentences, a checkpoint every step)."""
     trained = run("tf_transformer.train", [
-        [f"--flagfile={os.path.join(REPO_ROOT, 'tf_transformer', 'recipes', r + '.flags')}",
-         f"--vocab={vocab}", f"--model_dir={dirs[r]}", *overrides,
-         *(EVERY_STEP if every_step_all or i == 0 else []),
-         *(DEV_BLEU if dev_bleu_all or i == 0 else ["--dev_bleu_sentences=0"])]
-        for i, r in enumerate(RECIPES)], timeout=3600)
+        [_flagfile(r), f"--vocab={vocab}", f"--model_dir={dirs[r]}", *overrides, *EVERY_STEP,
+         *DEV_BLEU] for r in recipes], timeout=3600)
     lines = trained.splitlines()
     done = [line for line in lines if line.startswith("done ")]
-    assert len(done) == 4 and all("step=2 " in d and "stopped_by=max_steps" in d
-                                  for d in done), done
+    assert len(done) == len(recipes) and all("step=2 " in d and "stopped_by=max_steps" in d
+                                             for d in done), done
     evals = [line for line in lines if line.startswith("eval step=2 ")]
-    assert len(evals) == 4 and all("dev_loss=" in e for e in evals), evals
-    assert all("dev_bleu=" in e for e in (evals if dev_bleu_all else evals[:1])), evals
+    assert len(evals) == len(recipes), evals
+    assert all("dev_loss=" in e and "dev_bleu=" in e for e in evals), evals
 
 
-def test_recipes_train_on_mock_data_then_average_and_evaluate(tmp_path, spm_model_path):
-    """Each recipe's flags, data specs (a TFDS stream; dev from the validation split) and
-    mixed_bfloat16 training, 2 steps at a tiny width; the first recipe's 2 checkpoints
-    averaged and evaluated on its TFDS test split."""
+def test_each_recipe_reads_as_the_papers_model_and_opens_its_tfds_streams(tmp_path):
+    """Each recipe's flags as the training binary reads them: the paper's model, schedule
+    and regularisation, mixed_bfloat16, its pair's train and validation splits, which
+    yield pairs from TFDS (mock data)."""
+    import tensorflow_datasets as tfds
+
+    from tf_transformer.inputs import corpus, streamed
+
+    for recipe, (d_model, d_ff, heads, dropout, pieces, averaged) in PAPER.items():
+        with binary_module("tf_transformer.train") as train:
+            flags.FLAGS(["train", _flagfile(recipe), f"--model_dir={tmp_path / recipe}"])
+            options = train.train_options()
+        model, schedule = options.config.model, options.config.train
+        assert (model.d_model, model.d_ff, model.num_heads, model.num_layers,
+                model.dropout) == (d_model, d_ff, heads, 6, dropout), recipe
+        assert (schedule.warmup_steps, schedule.label_smoothing, schedule.dtype,
+                schedule.average_last) == (4000, 0.1, "mixed_bfloat16", averaged), recipe
+        assert options.vocabularies.size == pieces and not options.vocabularies.shared
+        pair = recipe.split("_")[1] + "-" + recipe.split("_")[2]
+        assert (options.train_data, options.dev_data) == (
+            f"tfds:wmt14_translate/{pair}:train", f"tfds:wmt14_translate/{pair}:validation")
+        with tfds.testing.mock_data(num_examples=MOCK_EXAMPLES_HERE):
+            train_pairs = list(streamed.open_corpus(options.train_data).examples())
+            dev = corpus.read_corpus(options.dev_data)
+        assert len(train_pairs) == len(dev.sources) == MOCK_EXAMPLES_HERE, recipe
+
+
+def test_a_recipe_trains_on_mock_data_then_averages_and_evaluates(tmp_path, spm_model_path):
+    """The first recipe's TFDS stream (dev loss and BLEU from its validation split) and
+    mixed_bfloat16 training, 2 steps at a tiny width; its 2 checkpoints averaged and
+    evaluated on its TFDS test split."""
     dirs = {r: str(tmp_path / r) for r in RECIPES}
-    _train(dirs, spm_model_path, SIZES + TINY, dev_bleu_all=False, run=_run_here,
-           every_step_all=False)
+    _train(dirs, spm_model_path, SIZES + TINY, recipes=RECIPES[:1], run=_run_here)
     first = dirs[RECIPES[0]]
     averaged = _run_here("tf_transformer.average_checkpoints",
                          [[f"--model_dir={first}", f"--output={first}_avg", "--num_last=2"]])
