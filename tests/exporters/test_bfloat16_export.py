@@ -1,6 +1,8 @@
 """--dtype=bfloat16: the Translator and its SavedModel hold bfloat16 weights and run
 their products in bfloat16, while scores, the search's arithmetic and tokenization stay
-as they are; a clean process serves the export with tensorflow and tensorflow_text only."""
+as they are; a clean process serves the export with tensorflow and tensorflow_text only,
+and the XLA-compiled bfloat16 export (--decode_jit_compile) in a process that imports
+tensorflow_text."""
 
 import json
 import os
@@ -12,6 +14,7 @@ from saved_model_fixtures import (
     DECODE,
     DECODE_FLAGS,
     clean_and_translator_outputs,
+    clean_translate,
     dev_sentences,
     export_model,
     serve_bytes,
@@ -97,13 +100,40 @@ def test_export_holds_bfloat16_variables_and_serves_in_a_clean_process(
     assert got == expected
 
 
-@pytest.mark.slow
-def test_jit_compiled_bfloat16_export_translates(model_dir, bf16_translator, tmp_path):
-    """Against the bfloat16 graph search: the non-compiled export's graph (the clean-process
-    test checks that export serves what bf16_translator translates)."""
-    compiled = export_model(model_dir, str(tmp_path / "xla"), *DECODE_FLAGS, "--average_last=2",
+@pytest.fixture(scope="module")
+def compiled_run(model_dir, tmp_path_factory):
+    """The bfloat16 --decode_jit_compile export (the XLA search inside the SavedModel) served
+    by a clean process that imports tensorflow_text, refusing keras_hub, keras_nlp and this
+    repository (test_export_processes.py serves the default export with --ops=libraries):
+    (export, lines, output lines, status). One batch: XLA compiles each batch and length
+    shape once."""
+    work = tmp_path_factory.mktemp("xla")
+    compiled = export_model(model_dir, str(work / "export"), *DECODE_FLAGS, "--average_last=2",
                             "--dtype=bfloat16", "--decode_jit_compile", "--warmup_sentences=")
-    texts = dev_sentences(16, start=40)
-    got = serve_bytes(tf.saved_model.load(compiled), texts)
-    want = bf16_translator.translate(tf.constant(texts))["translation"].numpy()
-    assert sum(a == b for a, b in zip(got, want)) >= 0.75 * len(texts)
+    texts = dev_sentences(20, start=40) + [""]
+    got, status = clean_translate(compiled, ("\n".join(texts) + "\n").encode(), str(work),
+                                  "--ops=tensorflow_text",
+                                  "--refuse=keras_hub,keras_nlp,tf_transformer", "--batch_size=32")
+    return compiled, texts, got, status
+
+
+@pytest.mark.slow
+def test_clean_process_with_tensorflow_text_imported_serves_the_compiled_export(compiled_run):
+    compiled, texts, got, status = compiled_run
+    assert status["refused_imports"] == []  # keras is imported, by tensorflow_text itself
+    assert not [m for m in status["loaded_modules"] if not m.startswith("keras")]
+    assert got == [t.decode() for t in serve_bytes(tf.saved_model.load(compiled), texts)]
+
+
+@pytest.mark.slow
+def test_jit_compiled_bfloat16_export_translates(compiled_run, bf16_translator):
+    """Against the bfloat16 graph search (the clean-process test above checks that the
+    non-compiled export serves what bf16_translator translates)."""
+    compiled, texts, got, _ = compiled_run
+    with open(os.path.join(compiled, "assets", saved_model.METADATA_FILE)) as f:
+        decode = json.load(f)["decode"]
+    assert decode["jit_compile"] and decode["length_bucket"] == 16
+    assert decode["dtype"] == "bfloat16"
+    assert len(set(got)) > 10 and got[-1] == ""
+    want = bf16_translator.translate(tf.constant(texts[:-1]))["translation"].numpy()
+    assert sum(a == b.decode() for a, b in zip(got, want)) >= 0.75 * len(want)

@@ -1,9 +1,8 @@
 """The export in clean processes: the serving script without this repository or Keras,
-with tensorflow_text imported, the XLA-compiled export, and saved_model_cli (the stock
-CLI, before and after tensorflow_text registers its ops)."""
+and saved_model_cli (the stock CLI, before and after tensorflow_text registers its ops).
+The XLA-compiled export served with tensorflow_text imported: test_bfloat16_export.py."""
 
 import json
-import os
 import subprocess
 
 import pytest
@@ -15,12 +14,9 @@ from saved_model_fixtures import (
     SIGNATURE_SPECS,
     clean_translate,
     dev_sentences,
-    export_model,
     serve_bytes,
     serving_env,
 )
-
-from tf_transformer.exporters import saved_model
 
 
 @pytest.mark.slow
@@ -43,41 +39,6 @@ def test_clean_process_output_equals_the_translate_binary(exported, model_dir, t
     expected = binary["stdout"].split("\n")[:-1]
     assert len(expected) == len(lines) and got == expected
     assert len(set(got)) > 10 and got[40:42] == ["", ""]
-
-
-@pytest.fixture(scope="module")
-def compiled_run(model_dir, tmp_path_factory):
-    """The --decode_jit_compile export (the XLA search inside the SavedModel) served by a
-    clean process that imports tensorflow_text, refusing keras_hub, keras_nlp and this
-    repository (--ops=libraries serves the default export in the test above): (export,
-    lines, output lines, status). One batch: XLA compiles each batch and length shape once."""
-    work = tmp_path_factory.mktemp("xla")
-    compiled = export_model(model_dir, str(work / "export"), *DECODE_FLAGS, "--average_last=2",
-                            "--decode_jit_compile", "--warmup_sentences=")
-    texts = dev_sentences(20, start=40) + [""]
-    got, status = clean_translate(compiled, ("\n".join(texts) + "\n").encode(), str(work),
-                                  "--ops=tensorflow_text",
-                                  "--refuse=keras_hub,keras_nlp,tf_transformer", "--batch_size=32")
-    return compiled, texts, got, status
-
-
-@pytest.mark.slow
-def test_clean_process_with_tensorflow_text_imported(compiled_run, loaded):
-    _, texts, got, status = compiled_run
-    assert got == [t.decode() for t in serve_bytes(loaded, texts)]
-    assert status["refused_imports"] == []  # keras is imported, by tensorflow_text itself
-    assert not [m for m in status["loaded_modules"] if not m.startswith("keras")]
-
-
-@pytest.mark.slow
-def test_jit_compiled_export_translates_as_the_default_one(compiled_run, loaded):
-    """--decode_jit_compile: the XLA search inside the SavedModel, in a clean process."""
-    compiled, texts, got, _ = compiled_run
-    with open(os.path.join(compiled, "assets", saved_model.METADATA_FILE)) as f:
-        decode = json.load(f)["decode"]
-    assert decode["jit_compile"] and decode["length_bucket"] == 16
-    assert len(set(got)) > 10 and got[-1] == ""
-    assert got == [t.decode() for t in serve_bytes(loaded, texts)]
 
 
 # saved_model_cli's own main (what the `saved_model_cli` script runs), three times in one
