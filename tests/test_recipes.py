@@ -29,15 +29,11 @@ MOCK_EXAMPLES = 16
 # batch (one trace of its function).
 MOCK_EXAMPLES_HERE = 4
 # The paper's models (Table 3) and the recipes' choices: (d_model, d_ff, heads, P_drop,
-# vocabulary pieces, checkpoints averaged).
-PAPER = {"wmt14_en_de_base": (512, 2048, 8, 0.1, 37000, 5),
-         "wmt14_en_de_big": (1024, 4096, 16, 0.3, 37000, 20),
-         "wmt14_en_fr_base": (512, 2048, 8, 0.1, 32000, 5),
-         "wmt14_en_fr_big": (1024, 4096, 16, 0.1, 32000, 20)}
-SIZES = ["--tokens_per_batch=256", "--max_steps=2", "--eval_every=2"]
-EVERY_STEP = ["--checkpoint_steps=1"]  # the 2 checkpoints averaged
-TINY = ["--num_layers=1", "--d_model=32", "--d_ff=64", "--num_heads=2"]
-DEV_BLEU = ["--dev_bleu_sentences=2"]
+# steps, vocabulary pieces, checkpoints averaged).
+PAPER = {"wmt14_en_de_base": (512, 2048, 8, 0.1, 100000, 37000, 5),
+         "wmt14_en_de_big": (1024, 4096, 16, 0.3, 300000, 37000, 20),
+         "wmt14_en_fr_base": (512, 2048, 8, 0.1, 100000, 32000, 5),
+         "wmt14_en_fr_big": (1024, 4096, 16, 0.1, 300000, 32000, 20)}
 
 
 def _run(module, runs, timeout):
@@ -75,22 +71,27 @@ def _train(dirs, vocab, overrides, recipes=RECIPES, run=_run):
 
 
 def test_each_recipe_reads_as_the_papers_model_and_opens_its_tfds_streams(tmp_path):
-    """Each recipe's flags as the training binary reads them: the paper's model, schedule
-    and regularisation, mixed_bfloat16, its pair's train and validation splits, which
-    yield pairs from TFDS (mock data)."""
+    """Each recipe's flags as the training binary reads them (every flag reset between
+    them): the paper's model, schedule, batch of 25000 tokens on 8 GPUs and regularisation,
+    mixed_bfloat16, its pair's train and validation splits, which yield pairs from TFDS
+    (mock data)."""
     import tensorflow_datasets as tfds
 
     from tf_transformer.inputs import corpus, streamed
 
-    for recipe, (d_model, d_ff, heads, dropout, pieces, averaged) in PAPER.items():
+    for recipe, (d_model, d_ff, heads, dropout, steps, pieces, averaged) in PAPER.items():
         with binary_module("tf_transformer.train") as train:
             flags.FLAGS(["train", _flagfile(recipe), f"--model_dir={tmp_path / recipe}"])
             options = train.train_options()
-        model, schedule = options.config.model, options.config.train
+        model, schedule, data = options.config.model, options.config.train, options.config.data
         assert (model.d_model, model.d_ff, model.num_heads, model.num_layers,
                 model.dropout) == (d_model, d_ff, heads, 6, dropout), recipe
         assert (schedule.warmup_steps, schedule.label_smoothing, schedule.dtype,
-                schedule.average_last) == (4000, 0.1, "mixed_bfloat16", averaged), recipe
+                schedule.max_steps, schedule.average_last) == (
+                    4000, 0.1, "mixed_bfloat16", steps, averaged), recipe
+        assert data.tokens_per_batch * 8 * schedule.accum_steps == 25000, recipe
+        with open(_flagfile(recipe).split("=", 1)[1], encoding="utf-8") as f:
+            assert "tokens_per_batch (per replica) x replicas x accum_steps" in f.read(), recipe
         assert options.vocabularies.size == pieces and not options.vocabularies.shared
         pair = recipe.split("_")[1] + "-" + recipe.split("_")[2]
         assert (options.train_data, options.dev_data) == (

@@ -11,16 +11,13 @@ import signal
 
 import pytest
 import tensorflow as tf
-from binary_fixtures import binary_module, run_main
-from model_fixtures import REPO_ROOT
+from binary_fixtures import run_main
 from train_binary_fixtures import (
     start_train,
     train_command,
     wait_for_step,
 )
 from trainer_fixtures import read_scalars
-
-from tf_transformer import flags as flags_lib
 
 pytestmark = pytest.mark.slow
 
@@ -125,42 +122,6 @@ def test_dev_bleu_best_dir_early_stop_translate_the_best_then_another_preset_is_
     other = _train_here(train_tsv, spm_model_path, model_dir, "--max_steps=2", "--d_model=64")
     assert other["code"] != 0
     assert "different architecture" in other["stderr"]
-
-
-RECIPES = {
-    "wmt14_en_de_base": {"d_model": 512, "max_steps": 100000, "dropout": 0.1, "average_last": 5},
-    "wmt14_en_de_big": {"d_model": 1024, "max_steps": 300000, "dropout": 0.3, "average_last": 20},
-    "wmt14_en_fr_big": {"d_model": 1024, "max_steps": 300000, "dropout": 0.1, "average_last": 20},
-}
-
-
-def _recipe_config(train, flagfile: str) -> dict:
-    """The figures of the Config the training binary's flags give with `flagfile`."""
-    train.FLAGS.unparse_flags()
-    train.FLAGS(["train", f"--flagfile={flagfile}", "--model_dir=x"])
-    c = flags_lib.config_from_flags(train.FLAGS.vocab_size)
-    return {"d_model": c.model.d_model, "max_steps": c.train.max_steps,
-            "dropout": c.model.dropout, "average_last": c.train.average_last,
-            "ls": c.train.label_smoothing, "warmup": c.train.warmup_steps,
-            "tokens": c.data.tokens_per_batch, "vocab": c.model.vocab_size,
-            "accum": c.train.accum_steps}
-
-
-def test_recipe_flag_files_hold_the_papers_numbers():
-    """The three recipes parsed by the binary's flags, every flag reset to its default
-    between them."""
-    flagfiles = [os.path.join(REPO_ROOT, "tf_transformer", "recipes", recipe + ".flags")
-                 for recipe in RECIPES]
-    with binary_module("tf_transformer.train") as train:
-        configs = [_recipe_config(train, flagfile) for flagfile in flagfiles]
-    assert len(configs) == len(RECIPES)
-    for (recipe, expected), flagfile, got in zip(RECIPES.items(), flagfiles, configs):
-        assert {k: got[k] for k in expected} == expected, recipe
-        assert (got["ls"], got["warmup"], got["tokens"] * 8 * got["accum"]) == (
-            0.1, 4000, 25000), recipe
-        with open(flagfile, encoding="utf-8") as f:  # the file says how the 25k are reached
-            assert "tokens_per_batch (per replica) x replicas x accum_steps" in f.read(), recipe
-        assert got["vocab"] == (32000 if "en_fr" in recipe else 37000), recipe
 
 
 # --max_length=16: packed rows of 16 tokens are one static shape, so the step compiles
