@@ -1,7 +1,7 @@
 """A soak of an exported SavedModel in a clean process: memory and latency under varied traffic.
 
   python -m bench.serving_soak --export=EXPORT_DIR/VERSION [--requests=1500] [--max_minutes=30]
-                               [--threads=0] [--seed=0]
+                               [--threads=0] [--seed=0] [--record=SOAK.jsonl]
 
 What an app that loads the export meets: this process imports tensorflow and
 tensorflow_text only (never tf_transformer), with TensorFlow's default threading
@@ -12,7 +12,9 @@ tensorflow_text only (never tf_transformer), with TensorFlow's default threading
 invalid UTF-8, 3000 characters, control characters, punctuation only), until the
 requests or --max_minutes run out. Prints the RSS after loading, after the warmup and
 every 250 requests (`rss_mb`), the growth after the warmup (`rss_end_over_warm`),
-latency percentiles per batch-size group (`latency_ms`) and the errors.
+latency percentiles per batch-size group (`latency_ms`) and the errors. --record writes
+each request's lines and translations, which `python -m bench.soak_check` compares with
+the Translator's.
 """
 
 import argparse
@@ -46,6 +48,7 @@ def main():
     parser.add_argument("--max_minutes", type=float, default=30.0)
     parser.add_argument("--threads", type=int, default=0, help="Intra-op threads (0: default).")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--record", help="JSON lines: the export, then each request and its output.")
     args = parser.parse_args()
     import numpy as np
     import tensorflow as tf
@@ -73,6 +76,9 @@ def main():
           f"warmup={'export' if os.path.exists(warmup) else 'sizes'} "
           f"rss_mb start={start:.0f} loaded={loaded:.0f} warm={warm:.0f}", flush=True)
     latencies = {group: [] for group in GROUPS}
+    record = open(args.record, "w", encoding="utf-8") if args.record else None
+    if record:
+        record.write(json.dumps({"export": os.path.abspath(args.export)}) + "\n")
     errors, deadline, n = 0, time.time() + 60 * args.max_minutes, 0
     for n, batch in enumerate(requests(random.Random(args.seed), words, args.requests), start=1):
         text = tf.constant([line.encode("utf-8", "surrogateescape") for line in batch])
@@ -80,6 +86,9 @@ def main():
         try:
             out = serve(text=text)["translation"].numpy()
             errors += len(out) != len(batch)
+            if record:  # lone surrogates (invalid bytes) survive JSON's escapes
+                record.write(json.dumps({"text": batch, "translation": [
+                    t.decode("utf-8", "surrogateescape") for t in out]}) + "\n")
         except tf.errors.OpError as error:
             errors += 1
             print(f"error request={n}: {str(error)[:200]}", flush=True)
@@ -89,6 +98,8 @@ def main():
             print(f"rss_mb requests={n} rss={rss_mb():.0f}", flush=True)
         if time.time() > deadline:
             break
+    if record:
+        record.close()
     end = rss_mb()
     print(f"rss_mb end={end:.0f} requests={n} errors={errors} "
           f"rss_end_over_warm={end / warm:.3f} rss_end_over_loaded={end / loaded:.3f}")

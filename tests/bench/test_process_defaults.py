@@ -14,7 +14,7 @@ TENSORFLOW_FREE = {"tf_transformer", "tf_transformer.config", "tf_transformer.pr
 # and ab_exports.py load exports as a server does (and run in the peers' venvs), and
 # serving_soak.py as an app does, in the environment they are given.
 APPLIED_IN = {"train_throughput.py": "main", "decode.py": "main",
-              "host_overhead.py": "main", "compare/trainings.py": "matmul_peak_process"}
+              "compare/trainings.py": "matmul_peak_process"}
 
 
 def _imported(node) -> list:
