@@ -91,10 +91,9 @@ def test_no_import_circle_in_the_package():
     assert cycles(graph) == []
 
 
-# The modules that wrap a library's private API, each fact behind a guard test: Keras's
-# (tests/training/test_keras_optimizers.py) and TensorFlow's op builder for oneDNN's
-# quantized matmul, which has no public wrapper (tests/model/test_quantized.py).
-PRIVATE_API_ADAPTERS = {"tf_transformer.training.keras_optimizers", "tf_transformer.model.kernels"}
+# The module that wraps a library's private API, each fact behind a guard test: Keras's
+# (tests/training/test_keras_optimizers.py).
+PRIVATE_API_ADAPTERS = {"tf_transformer.training.keras_optimizers"}
 # Underscore names that are public API: NamedTuple's methods, and a documented os function.
 PUBLIC_UNDERSCORE_CALLS = {"_replace", "_asdict", "_make", "os._exit"}
 

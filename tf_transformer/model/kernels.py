@@ -45,7 +45,8 @@ from typing import Callable
 import tensorflow as tf
 from tensorflow.python.eager import context, execute
 from tensorflow.python.framework import kernels as tf_kernels
-from tensorflow.python.framework import op_def_library, op_def_registry
+from tensorflow.core.framework import attr_value_pb2
+from tensorflow.python.framework import op_def_registry
 from tensorflow.python.ops import gen_array_ops
 
 from tf_transformer.config import ConfigError
@@ -213,6 +214,24 @@ def quantize_rows(x: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     return values, ranges[:, tf.newaxis]
 
 
+def _attr_value(value) -> attr_value_pb2.AttrValue:
+    """An op attribute as the graph stores it: a dtype, a list of dtypes or strings, a
+    bool or a float."""
+    if isinstance(value, tf.DType):
+        return attr_value_pb2.AttrValue(type=value.as_datatype_enum)
+    if isinstance(value, list):
+        if value and isinstance(value[0], str):
+            return attr_value_pb2.AttrValue(list=attr_value_pb2.AttrValue.ListValue(
+                s=[v.encode() for v in value]))
+        return attr_value_pb2.AttrValue(list=attr_value_pb2.AttrValue.ListValue(
+            type=[v.as_datatype_enum for v in value]))
+    if isinstance(value, bool):
+        return attr_value_pb2.AttrValue(b=value)
+    if isinstance(value, str):
+        return attr_value_pb2.AttrValue(s=value.encode())
+    return attr_value_pb2.AttrValue(f=value)
+
+
 def quantized_matmul(x: tf.Tensor, weights: tf.Tensor, weights_min: tf.Tensor,
                      weights_max: tf.Tensor, bias: tf.Tensor, relu: bool = False,
                      weights_constant: bool = True) -> tf.Tensor:
@@ -241,10 +260,9 @@ def quantized_matmul(x: tf.Tensor, weights: tf.Tensor, weights_min: tf.Tensor,
                  output_quant_mode="SCALED",
                  leakyrelu_alpha=0.2)
     if not tf.executing_eagerly():
-        op = op_def_library._apply_op_helper(QUANTIZED_MATMUL, name="QuantizedMatMul",
-                                             device_inputs=inputs, host_inputs=[],
-                                             **{k: v for k, v in attrs.items()
-                                                if k not in ("Tdevice_inputs", "Thost_inputs")})[2]
+        op = tf.compat.v1.get_default_graph().create_op(
+            QUANTIZED_MATMUL, inputs, [tf.float32], name="QuantizedMatMul",
+            attrs={k: _attr_value(v) for k, v in attrs.items()})
         return op.outputs[0]
     flat = []
     for name, value in attrs.items():
