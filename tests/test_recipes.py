@@ -34,6 +34,10 @@ PAPER = {"wmt14_en_de_base": (512, 2048, 8, 0.1, 100000, 37000, 5),
          "wmt14_en_de_big": (1024, 4096, 16, 0.3, 300000, 37000, 20),
          "wmt14_en_fr_base": (512, 2048, 8, 0.1, 100000, 32000, 5),
          "wmt14_en_fr_big": (1024, 4096, 16, 0.1, 300000, 32000, 20)}
+SIZES = ["--tokens_per_batch=256", "--max_steps=2", "--eval_every=2"]
+EVERY_STEP = ["--checkpoint_steps=1"]  # the 2 checkpoints averaged
+TINY = ["--num_layers=1", "--d_model=32", "--d_ff=64", "--num_heads=2"]
+DEV_BLEU = ["--dev_bleu_sentences=2"]
 
 
 def _run(module, runs, timeout):
