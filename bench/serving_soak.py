@@ -41,6 +41,11 @@ def requests(rng: random.Random, words: list[str], count: int):
                " ".join(rng.choices(words, k=rng.randint(1, 60))) for _ in range(rng.randint(1, 32))]
 
 
+def record_line(batch: list[str], out) -> str:
+    """A --record line: a request and its translations (lone surrogates survive JSON)."""
+    return json.dumps({"text": batch, "translation": [t.decode("utf-8", "surrogateescape") for t in out]}) + "\n"
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--export", required=True, help="An export's version directory.")
@@ -86,9 +91,8 @@ def main():
         try:
             out = serve(text=text)["translation"].numpy()
             errors += len(out) != len(batch)
-            if record:  # lone surrogates (invalid bytes) survive JSON's escapes
-                record.write(json.dumps({"text": batch, "translation": [
-                    t.decode("utf-8", "surrogateescape") for t in out]}) + "\n")
+            if record:
+                record.write(record_line(batch, out))
         except tf.errors.OpError as error:
             errors += 1
             print(f"error request={n}: {str(error)[:200]}", flush=True)

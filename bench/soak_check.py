@@ -44,9 +44,7 @@ def main(argv=None):
     import tensorflow as tf
 
     with open(args.record, encoding="utf-8") as f:
-        export = json.loads(f.readline())["export"]
-        requests = [json.loads(line) for line in f]
-    translator = translator_of(export)
+        translator, requests = translator_of(json.loads(f.readline())["export"]), [json.loads(line) for line in f]
     differ = sentences = 0
     for request in requests:
         text = tf.constant([line.encode("utf-8", "surrogateescape") for line in request["text"]])

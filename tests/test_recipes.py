@@ -56,8 +56,12 @@ def _run_here(module, runs, timeout=None):
     return "".join(result["stdout"] for result in results)
 
 
+def _recipe_file(recipe):
+    return os.path.join(REPO_ROOT, "tf_transformer", "recipes", recipe + ".flags")
+
+
 def _flagfile(recipe):
-    return f"--flagfile={os.path.join(REPO_ROOT, 'tf_transformer', 'recipes', recipe + '.flags')}"
+    return f"--flagfile={_recipe_file(recipe)}"
 
 
 def _train(dirs, vocab, overrides, recipes=RECIPES, run=_run):
@@ -94,7 +98,7 @@ def test_each_recipe_reads_as_the_papers_model_and_opens_its_tfds_streams(tmp_pa
                 schedule.max_steps, schedule.average_last) == (
                     4000, 0.1, "mixed_bfloat16", steps, averaged), recipe
         assert data.tokens_per_batch * 8 * schedule.accum_steps == 25000, recipe
-        with open(_flagfile(recipe).split("=", 1)[1], encoding="utf-8") as f:
+        with open(_recipe_file(recipe), encoding="utf-8") as f:
             assert "tokens_per_batch (per replica) x replicas x accum_steps" in f.read(), recipe
         assert options.vocabularies.size == pieces and not options.vocabularies.shared
         pair = recipe.split("_")[1] + "-" + recipe.split("_")[2]

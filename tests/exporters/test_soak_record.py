@@ -8,14 +8,14 @@ import json
 import tensorflow as tf
 from saved_model_fixtures import dev_sentences, serve_bytes
 
-from bench import soak_check
+from bench import serving_soak, soak_check
 
 
 def _record(path, exported, requests):
     with open(path, "w", encoding="utf-8") as f:
         f.write(json.dumps({"export": exported}) + "\n")
         for batch, out in requests:
-            f.write(json.dumps({"text": batch, "translation": out}) + "\n")
+            f.write(serving_soak.record_line(batch, out))
 
 
 def test_the_soaks_translations_are_the_translators_and_a_changed_one_is_counted(
@@ -24,14 +24,14 @@ def test_the_soaks_translations_are_the_translators_and_a_changed_one_is_counted
     requests = []
     for batch in batches:
         text = tf.constant([line.encode("utf-8", "surrogateescape") for line in batch])
-        out = loaded.signatures["serving_default"](text=text)["translation"].numpy()
-        requests.append((batch, [t.decode("utf-8", "surrogateescape") for t in out]))
-    assert requests[0][1] == [t.decode() for t in serve_bytes(loaded, batches[0])]
+        requests.append((batch, list(loaded.signatures["serving_default"](text=text)[
+            "translation"].numpy())))
+    assert requests[0][1] == list(serve_bytes(loaded, batches[0]))
     path = tmp_path / "soak.jsonl"
     _record(path, exported, requests)
     soak_check.main([f"--record={path}"])
     assert capsys.readouterr().out.splitlines()[-1] == "soak_check requests=2 sentences=8 differ=0"
-    requests[1][1][2] += " x"
+    requests[1][1][2] += b" x"
     _record(path, exported, requests)
     soak_check.main([f"--record={path}"])
     out = capsys.readouterr().out.splitlines()

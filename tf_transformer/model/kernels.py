@@ -43,9 +43,9 @@ import dataclasses
 from typing import Callable
 
 import tensorflow as tf
+from tensorflow.core.framework import attr_value_pb2
 from tensorflow.python.eager import context, execute
 from tensorflow.python.framework import kernels as tf_kernels
-from tensorflow.core.framework import attr_value_pb2
 from tensorflow.python.framework import op_def_registry
 from tensorflow.python.ops import gen_array_ops
 
