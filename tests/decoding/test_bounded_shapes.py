@@ -23,7 +23,11 @@ def test_row_buckets_and_padding():
     assert padded.shape == (4, 16)
     np.testing.assert_array_equal(padded[:3, :3], [[5, 6, 3], [7, 3, 0], [3, 0, 0]])
     assert int(tf.reduce_sum(padded[:, 3:])) == 0 and int(tf.reduce_sum(padded[3])) == 0
-    # Never past the model's positions: 20 columns, at most 24 -> 24; 30 at most 24 -> 30.
+    # Widths: 16, then powers of two, never past the model's positions: 20 columns, at most
+    # 24 -> 24; 30 at most 24 -> 30.
+    assert shape_buckets.width_buckets(100) == [16, 32, 64, 100]
+    assert [int(shape_buckets.width(s, 100)) for s in (1, 16, 17, 33, 64, 65, 100, 120)] == [
+        16, 16, 32, 64, 64, 100, 100, 120]
     assert shape_buckets.pad_sources(tf.ones([2, 20], tf.int32), 24).shape == (2, 24)
     assert shape_buckets.pad_sources(tf.ones([2, 30], tf.int32), 24).shape == (2, 30)
 
@@ -72,12 +76,12 @@ def test_beam_outputs_equal_the_unpadded_search_on_every_bucket(beam_pair):
         np.testing.assert_array_equal(got["lengths"], expected["lengths"])
         np.testing.assert_allclose(got["scores"], expected["scores"], rtol=1e-5, atol=1e-6)
     beam, buckets = 3, shape_buckets.row_buckets(13)
+    widths = shape_buckets.width_buckets(bounded.max_source_length)
     for ids_rows, memory_rows, width in recorder.seen:
-        assert memory_rows in buckets and width % shape_buckets.WIDTH_MULTIPLE == 0
+        assert memory_rows in buckets and width in widths, recorder.seen
         assert ids_rows in (memory_rows, memory_rows * beam), recorder.seen
     # Without buckets, the same batches meet other shapes (the check can fail).
-    assert any(rows not in buckets or width % shape_buckets.WIDTH_MULTIPLE
-               for _, rows, width in free_recorder.seen)
+    assert any(rows not in buckets or width not in widths for _, rows, width in free_recorder.seen)
 
 
 def test_prefixed_and_sampled_outputs_equal_the_unpadded_search(beam_pair, eos_prone_model,

@@ -114,15 +114,23 @@ def test_warmup_requests_are_real_and_run(exported, loaded):
     sentences = warmup.read_sentences(os.path.join(SERVING_DIR, "warmup_sentences.txt"))
     dev = set(dev_sentences(10 ** 6))
     assert len(sentences) >= 3 and all(s in dev for s in sentences)
-    sizes = [len(r.inputs["text"].string_val) for r in requests]
-    # Each sentence alone (shortest first), then a batch per row bucket up to MAX_BATCH
-    # (search/shape_buckets.py), then the sentences for translate_nbest.
-    assert sizes[:len(sentences)] == [1] * len(sentences)
-    assert sizes[len(sentences):-1] == shape_buckets.row_buckets(warmup.MAX_BATCH)[1:]
-    expected = [("serving_default", batch) for batch in warmup.warmup_batches(sentences)]
     got = [(r.model_spec.signature_name, [t.decode() for t in r.inputs["text"].string_val])
            for r in requests]
-    assert got == [*expected, ("translate_nbest", sentences)]
+    # Each sentence alone (shortest first), then one sentence per source-width bucket
+    # (search/shape_buckets.py) repeated to each row bucket up to MAX_BATCH, then the
+    # sentences for translate_nbest.
+    assert got[:len(sentences)] == [("serving_default", [s]) for s in sorted(sentences, key=len)]
+    assert got[-1] == ("translate_nbest", sentences)
+    row_buckets = shape_buckets.row_buckets(warmup.MAX_BATCH)
+    wide = [texts[0] for _, texts in got[len(sentences):-1:len(row_buckets)]]
+    assert got[len(sentences):-1] == [("serving_default", [s] * rows) for s in wide
+                                      for rows in row_buckets]
+    with open(os.path.join(exported, "assets", "export_metadata.json"), encoding="utf-8") as f:
+        max_width = json.load(f)["max_source_length"]
+    widths = [loaded.signatures["tokenize"](text=tf.constant([s]))["source_ids"].shape[1]
+              for s in wide]
+    assert [int(shape_buckets.width(w, max_width)) for w in widths] == \
+        shape_buckets.width_buckets(max_width), widths
     with open(os.path.join(exported, warmup.WARMUP_JSON), encoding="utf-8") as f:
         assert [(r["signature"], r["text"]) for r in json.load(f)] == got
     alone = {}

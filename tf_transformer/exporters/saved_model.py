@@ -224,8 +224,11 @@ def export(translator: Translator, export_dir: str, vocab_path: str | Sequence[s
                                else staged_vocabs, staged_metadata)
         tf.saved_model.save(module, tmp, signatures=module.signatures())
         if warmup_sentences:
+            wide = warmup.sentences_per_width(
+                warmup_sentences, lambda text: int(tf.shape(translator.source_ids([text]))[1]),
+                translator.max_source_length)
             warmup.write_warmup_requests(os.path.join(tmp, warmup.WARMUP_FILE), warmup_sentences,
-                                         model_name)
+                                         model_name, wide)
         os.rename(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

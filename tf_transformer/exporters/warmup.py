@@ -1,15 +1,17 @@
 """Warmup requests: TF Serving's (assets.extra/tf_serving_warmup_requests) and the same
 batches as JSON (assets.extra/warmup_requests.json) for any loader, and their sentences.
 
-The batches visit every row bucket of search/shape_buckets.py up to MAX_BATCH sentences,
-so a server has met those shapes before its first request (export/serving/README.md).
+The batches visit every pair of search/shape_buckets.py's row buckets (up to MAX_BATCH
+sentences) and source-width buckets (up to the model's positions), each with outputs as
+long as its width's sentence gives, so a server has met the shapes of its searches before
+its first request and memory stays flat after it (export/serving/README.md).
 """
 
 from __future__ import annotations
 
 import json
 import os
-from typing import Sequence
+from typing import Callable, Sequence
 
 import tensorflow as tf
 
@@ -20,27 +22,51 @@ WARMUP_JSON = os.path.join("assets.extra", "warmup_requests.json")
 MAX_BATCH = 32  # the largest batch warmed up (TF Serving's max_batch_size to match)
 
 
-def warmup_batches(sentences: Sequence[str], max_batch: int = MAX_BATCH) -> list[list[str]]:
-    """Batches of 1 (each sentence, shortest first), then one batch per row bucket above
-    1 up to `max_batch`, the sentences repeated in turn to fill it."""
-    ordered = sorted(sentences, key=len)
-    if not ordered:
+def sentences_per_width(sentences: Sequence[str], width_of: Callable[[str], int],
+                        max_width: int) -> list[str]:
+    """One sentence per bucket of shape_buckets.width_buckets(max_width): the words of
+    `sentences` in turn, as few as reach the bucket's width (`width_of`: a text's source
+    width, EOS included, as the search sees it), or one word fewer where they pass it."""
+    words = " ".join(sentences).split()
+    if not words:
         return []
-    buckets = [b for b in shape_buckets.row_buckets(max_batch) if b > 1]
-    return [[s] for s in ordered] + [[ordered[i % len(ordered)] for i in range(b)]
-                                     for b in buckets]
+
+    def text(count):
+        return " ".join(words[i % len(words)] for i in range(count))
+
+    wide = []
+    for bucket in shape_buckets.width_buckets(max_width):
+        low, high = 1, 2
+        while width_of(text(high)) < bucket:
+            low, high = high, 2 * high
+        while low < high:  # the fewest words whose width reaches the bucket
+            middle = (low + high) // 2
+            low, high = (middle + 1, high) if width_of(text(middle)) < bucket else (low, middle)
+        wide.append(text(high if width_of(text(high)) == bucket else max(high - 1, 1)))
+    return wide
 
 
-def write_warmup_requests(path: str, sentences: Sequence[str], model_name: str) -> int:
+def warmup_batches(sentences: Sequence[str], wide: Sequence[str] = (),
+                   max_batch: int = MAX_BATCH) -> list[list[str]]:
+    """Batches of 1 (each sentence, shortest first), then each of `wide` (one sentence
+    per width bucket: `sentences_per_width`) repeated to each row bucket up to
+    `max_batch`."""
+    alone = [[s] for s in sorted(sentences, key=len)]
+    return alone + [[s] * rows for s in wide for rows in shape_buckets.row_buckets(max_batch)]
+
+
+def write_warmup_requests(path: str, sentences: Sequence[str], model_name: str,
+                          wide: Sequence[str] = ()) -> int:
     """Writes TF Serving's warmup file: a TFRecord of PredictionLog protos, and beside
     it WARMUP_JSON, a list of {"signature", "text"}: the same requests for other loaders.
 
-    One PredictRequest per batch of `warmup_batches`, for serving_default, and the
-    sentences once more for translate_nbest. Returns the number of records.
+    One PredictRequest per batch of `warmup_batches(sentences, wide)`, for
+    serving_default, and the sentences once more for translate_nbest. Returns the number
+    of records.
     """
     from tensorflow_serving.apis import predict_pb2, prediction_log_pb2
 
-    requests = [("serving_default", batch) for batch in warmup_batches(sentences)]
+    requests = [("serving_default", batch) for batch in warmup_batches(sentences, wide)]
     if sentences:
         requests.append(("translate_nbest", list(sentences)))
     tf.io.gfile.makedirs(os.path.dirname(path))

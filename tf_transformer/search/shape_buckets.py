@@ -12,7 +12,10 @@ Three sizes vary with the data, each rounded up to a bucket:
   the request's sentences and, inside the search, the sentences still working:
     `rows(n)`: 1, 2, 4, then multiples of ROW_STEP (the extra rows are padding
     sentences, done from the first step, or done sentences kept as padding);
-  the source width: a multiple of WIDTH_MULTIPLE (PAD columns, masked as any PAD);
+  the source width: MIN_WIDTH or the next power of two, at most the model's
+    `max_width` (PAD columns, masked as any PAD): few widths, so warmup can visit
+    every (rows, width) pair (exporters/warmup.py); the padded columns cost the
+    encoder and cross-attention's scores only, a small part of a search;
   the cache length grows by chunks already (model/cache.py's ChunkedCache).
 Outputs are those of the unpadded search (tested).
 """
@@ -24,7 +27,7 @@ import tensorflow as tf
 from tf_transformer.config import PAD_ID
 
 ROW_STEP = 4
-WIDTH_MULTIPLE = 16
+MIN_WIDTH = 16
 
 
 def rows(n) -> tf.Tensor:
@@ -39,13 +42,30 @@ def row_buckets(max_rows: int) -> list[int]:
     return sorted({int(rows(n)) for n in range(1, max_rows + 1)})
 
 
+def width_buckets(max_width: int) -> list[int]:
+    """The source widths' buckets: MIN_WIDTH, its doubles below max_width, max_width."""
+    buckets, power = [], MIN_WIDTH
+    while power < max_width:
+        buckets.append(power)
+        power *= 2
+    return buckets + [max_width]
+
+
+def width(s, max_width: int) -> tf.Tensor:
+    """int32: the bucket of a source width s, the smallest of width_buckets(max_width) that
+    holds it (s itself past max_width: a model's learned positions end there)."""
+    s = tf.cast(s, tf.int32)
+    bucket = s
+    for candidate in reversed(width_buckets(max_width)):
+        bucket = tf.where(s <= candidate, candidate, bucket)
+    return bucket
+
+
 def pad_sources(source_ids: tf.Tensor, max_width: int) -> tf.Tensor:
-    """int32 [B, S] -> [rows(B), S rounded up to WIDTH_MULTIPLE, at most max_width (S if
-    more: a model's learned positions end there)]: PAD rows and columns added."""
+    """int32 [B, S] -> [rows(B), width(S, max_width)]: PAD rows and columns added."""
     shape = tf.shape(source_ids)
-    width = tf.maximum(tf.minimum(-(-shape[1] // WIDTH_MULTIPLE) * WIDTH_MULTIPLE, max_width),
-                       shape[1])
-    return tf.pad(source_ids, [[0, rows(shape[0]) - shape[0]], [0, width - shape[1]]],
+    columns = width(shape[1], max_width)
+    return tf.pad(source_ids, [[0, rows(shape[0]) - shape[0]], [0, columns - shape[1]]],
                   constant_values=PAD_ID)
 
 
