@@ -68,7 +68,7 @@ def main():
     with open(DEV, encoding="utf-8") as f:
         lines = [line.split("\t")[0] for line in f]
     words = [w for line in lines for w in line.split()]
-    warmup = os.path.join(args.export, "assets.extra", "warmup_requests.json")
+    warmup, began = os.path.join(args.export, "assets.extra", "warmup_requests.json"), time.time()
     if os.path.exists(warmup):
         with open(warmup, encoding="utf-8") as f:
             for request in json.load(f):
@@ -78,7 +78,7 @@ def main():
             serve(text=tf.constant(lines[:size]))
     warm = rss_mb()
     print(f"serving_soak export={args.export} threads={args.threads or 'default'} "
-          f"warmup={'export' if os.path.exists(warmup) else 'sizes'} "
+          f"warmup={'export' if os.path.exists(warmup) else 'sizes'} warmup_s={time.time() - began:.1f} "
           f"rss_mb start={start:.0f} loaded={loaded:.0f} warm={warm:.0f}", flush=True)
     latencies = {group: [] for group in GROUPS}
     record = open(args.record, "w", encoding="utf-8") if args.record else None
