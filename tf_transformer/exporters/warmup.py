@@ -9,6 +9,7 @@ its first request and memory stays flat after it (export/serving/README.md).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from typing import Callable, Sequence
@@ -34,15 +35,19 @@ def sentences_per_width(sentences: Sequence[str], width_of: Callable[[str], int]
     def text(count):
         return " ".join(words[i % len(words)] for i in range(count))
 
+    @functools.cache
+    def width(count):  # each count's text tokenized once
+        return width_of(text(count))
+
     wide = []
     for bucket in shape_buckets.width_buckets(max_width):
         low, high = 1, 2
-        while width_of(text(high)) < bucket:
+        while width(high) < bucket:
             low, high = high, 2 * high
         while low < high:  # the fewest words whose width reaches the bucket
             middle = (low + high) // 2
-            low, high = (middle + 1, high) if width_of(text(middle)) < bucket else (low, middle)
-        wide.append(text(high if width_of(text(high)) == bucket else max(high - 1, 1)))
+            low, high = (middle + 1, high) if width(middle) < bucket else (low, middle)
+        wide.append(text(high if width(high) == bucket else max(high - 1, 1)))
     return wide
 
 
