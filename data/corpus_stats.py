@@ -10,10 +10,11 @@ padded to its longest pair). padding_efficiency = non-pad tokens / all padded
 positions of source and target; max_batch_tokens = the largest B * L.
 """
 
-from absl import app, flags
+from absl import flags
 
+from tf_transformer import flags as flags_lib
+from tf_transformer import process_defaults
 from tf_transformer.config import DataConfig
-from tf_transformer.inputs import pipeline, stats, streamed, tokenizer
 
 DATA = flags.DEFINE_string("data", None,
                            "corpus spec (see tf_transformer/inputs/corpus.py); required")
@@ -30,6 +31,9 @@ def format_stats(name: str, figures: dict) -> str:
 
 def main(argv):
     del argv
+    process_defaults.apply()  # before TensorFlow's import
+    from tf_transformer.inputs import pipeline, stats, streamed, tokenizer
+
     pairs = streamed.open_corpus(DATA.value)  # text files stream: any size
     vocab = tokenizer.Tokenizer(VOCAB.value)
     config = DataConfig(max_length=MAX_LENGTH.value, tokens_per_batch=TOKENS_PER_BATCH.value,
@@ -44,4 +48,4 @@ def main(argv):
 
 if __name__ == "__main__":
     flags.mark_flags_as_required(["data", "vocab"])
-    app.run(main)
+    flags_lib.run_binary(main, __name__)

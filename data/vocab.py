@@ -12,15 +12,17 @@ With --byte_fallback (the default) 256 of the pieces are UTF-8 bytes (ids 4-259)
 so a character without a piece is spelled in bytes, never <unk>.
 """
 
-from absl import app, flags, logging
+from absl import flags, logging
 
-from tf_transformer.inputs import corpus, streamed, tokenizer
+from tf_transformer import flags as flags_lib
+from tf_transformer import process_defaults
+from tf_transformer.config import VOCAB_MODEL_TYPES, VOCAB_SIDES
 
 DATA = flags.DEFINE_string("data", None,
                            "corpus spec (see tf_transformer/inputs/corpus.py); required")
 VOCAB_SIZE = flags.DEFINE_integer("vocab_size", 8000, "pieces, special ones included")
 OUTPUT = flags.DEFINE_string("output", None, "where to write the .model file; required")
-MODEL_TYPE = flags.DEFINE_enum("model_type", "bpe", list(tokenizer.MODEL_TYPES),
+MODEL_TYPE = flags.DEFINE_enum("model_type", "bpe", list(VOCAB_MODEL_TYPES),
                                "SentencePiece algorithm")
 CHARACTER_COVERAGE = flags.DEFINE_float("character_coverage", 0.9995,
                                         "share of characters kept as pieces")
@@ -28,12 +30,15 @@ SEED = flags.DEFINE_integer("seed", 1, "SentencePiece random seed")
 BYTE_FALLBACK = flags.DEFINE_bool("byte_fallback", True,
                                   "characters without a piece become UTF-8 byte pieces "
                                   "(256 of the pieces), not <unk>")
-SIDE = flags.DEFINE_enum("side", "both", ["both", *tokenizer.SIDES],
+SIDE = flags.DEFINE_enum("side", "both", ["both", *VOCAB_SIDES],
                          "train on both sides (a shared vocabulary) or on one")
 
 
 def main(argv):
     del argv
+    process_defaults.apply()  # before TensorFlow's import
+    from tf_transformer.inputs import corpus, streamed, tokenizer
+
     pairs = streamed.open_corpus(DATA.value)  # text files stream; SentencePiece samples them
     tokenizer.train_sentencepiece(pairs, VOCAB_SIZE.value, OUTPUT.value,
                                   model_type=MODEL_TYPE.value,
@@ -48,4 +53,4 @@ def main(argv):
 
 if __name__ == "__main__":
     flags.mark_flags_as_required(["data", "output"])
-    app.run(main)
+    flags_lib.run_binary(main, __name__)

@@ -37,6 +37,21 @@ def help_blocks(help_text: str) -> dict[str, str]:
     return dict(re.findall(r"^  --(?:\[no\])?(\w+): (.*(?:\n    .*)*)", help_text, re.M))
 
 
+def binaries() -> dict[str, str]:
+    """module name -> path of every module under PACKAGES that calls app.run when run
+    (itself, or through flags.run_binary)."""
+    found = {}
+    for package in PACKAGES:
+        for name in sorted(os.listdir(os.path.join(REPO_ROOT, package))):
+            path = os.path.join(REPO_ROOT, package, name)
+            text = open(path, encoding="utf-8").read() if name.endswith(".py") else ""
+            runs = "app.run(" in text or "flags_lib.run_binary(main, __name__)" in text
+            if runs and 'if __name__ == "__main__":' in text:
+                module = package if name == "__main__.py" else f"{package}.{name[:-3]}"
+                found[module] = path
+    return found
+
+
 # --- Binaries in this process: a binary's flags live in absl's global FLAGS only while it runs.
 def run_main(module: str, argv: list[str], stdin: bytes = b"",
              env: dict[str, str] | None = None) -> dict:

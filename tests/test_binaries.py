@@ -15,27 +15,11 @@ import subprocess
 import sys
 
 import pytest
-from binary_fixtures import PACKAGES as _PACKAGES
-from binary_fixtures import help_blocks, project_flags
+from binary_fixtures import binaries, help_blocks, project_flags
 from model_fixtures import REPO_ROOT
 
 
-def _binaries() -> dict[str, str]:
-    """module name -> path of every module under _PACKAGES that calls app.run when run
-    (itself, or through flags.run_binary)."""
-    found = {}
-    for package in _PACKAGES:
-        for name in sorted(os.listdir(os.path.join(REPO_ROOT, package))):
-            path = os.path.join(REPO_ROOT, package, name)
-            text = open(path, encoding="utf-8").read() if name.endswith(".py") else ""
-            runs = "app.run(" in text or "flags_lib.run_binary(main, __name__)" in text
-            if runs and 'if __name__ == "__main__":' in text:
-                module = package if name == "__main__.py" else f"{package}.{name[:-3]}"
-                found[module] = path
-    return found
-
-
-BINARIES = _binaries()
+BINARIES = binaries()
 
 
 # `python -m MODULE --help` (runpy, as -m runs it), then the XML that --helpxml prints, from

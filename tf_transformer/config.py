@@ -18,6 +18,10 @@ PAD_ID = 0
 UNK_ID = 1
 BOS_ID = 2
 EOS_ID = 3
+# SentencePiece vocabularies: the algorithms data/vocab.py trains, and the sides a separate
+# vocabulary is trained on (tokenizer.py; TensorFlow-free for the binaries' flags).
+VOCAB_MODEL_TYPES = ("bpe", "unigram")
+VOCAB_SIDES = ("source", "target")
 
 POSITION_KINDS = ("sinusoid", "learned")
 

@@ -16,6 +16,7 @@ the paper's schedule and post-norm.
 
 from __future__ import annotations
 
+from tf_transformer import process_defaults
 from tf_transformer.config import Config, ConfigError, DataConfig, ModelConfig, TrainConfig
 
 # Table 3: what each row changes from base, and the paper's params column
@@ -133,6 +134,7 @@ def format_table(rows: list[dict]) -> str:
 def main(argv, vocab_size: int = PAPER_VOCAB_SIZE):
     """The `python -m tf_transformer.presets` table, every preset at `vocab_size`."""
     del argv
+    process_defaults.apply()  # before TensorFlow's import (table_rows builds each preset)
     print(format_table(table_rows(vocab_size)), end="")
 
 

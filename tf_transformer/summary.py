@@ -1,8 +1,9 @@
 """Builds a preset and prints its layers and parameter count (`make demo`, step one)."""
 
-from absl import app, flags
+from absl import flags
 
-from tf_transformer import presets
+from tf_transformer import flags as flags_lib
+from tf_transformer import presets, process_defaults
 
 flags.DEFINE_string("preset", "tiny", "Preset name (python -m tf_transformer.presets lists them).")
 flags.DEFINE_integer("vocab_size", None, "Vocabulary size; default: the preset's.")
@@ -11,6 +12,7 @@ FLAGS = flags.FLAGS
 
 def main(argv):
     del argv
+    process_defaults.apply()  # before TensorFlow's import
     from tf_transformer.model import build_model  # TensorFlow after the flags (fast --help)
 
     config = presets.get_preset(FLAGS.preset, FLAGS.vocab_size)
@@ -22,4 +24,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    flags_lib.run_binary(main, __name__)

@@ -10,7 +10,7 @@ import sentencepiece as spm
 import tensorflow as tf
 from model_fixtures import REPO_ROOT
 
-from tf_transformer.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from tf_transformer.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID, VOCAB_MODEL_TYPES
 from tf_transformer.inputs import corpus, tokenizer
 
 DEV_TSV = os.path.join(REPO_ROOT,
@@ -159,7 +159,7 @@ def test_invalid_utf8_becomes_unk_without_byte_fallback(small_tokenizer):
 
 def test_training_is_deterministic_and_loads_from_bytes(tmp_path, embedded_corpus):
     texts = embedded_corpus.sources[:1000] + embedded_corpus.targets[:1000]
-    for model_type in tokenizer.MODEL_TYPES:
+    for model_type in VOCAB_MODEL_TYPES:
         first = tokenizer.train_sentencepiece(texts, 400, str(tmp_path / "a.model"),
                                               model_type=model_type)
         second = tokenizer.train_sentencepiece(texts, 400, None, model_type=model_type)

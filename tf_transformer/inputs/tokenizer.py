@@ -35,12 +35,10 @@ from typing import Iterable, Iterator, NamedTuple
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-from tf_transformer.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from tf_transformer.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID, VOCAB_MODEL_TYPES, VOCAB_SIDES
 from tf_transformer.inputs import corpus as corpus_lib
 from tf_transformer.inputs.streamed import StreamedCorpus
 
-MODEL_TYPES = ("bpe", "unigram")
-SIDES = ("source", "target")
 BYTE_PIECES = 256  # <0x00>..<0xFF>, in a vocabulary with byte fallback
 MAX_TRAINING_SENTENCES = 4_000_000  # beyond this, an evenly spaced subset is used
 
@@ -63,10 +61,10 @@ def train_sentencepiece(texts_or_corpus: Iterable[str] | corpus_lib.Corpus | Str
     """
     import sentencepiece as spm  # training only; serving needs tensorflow_text
 
-    if model_type not in MODEL_TYPES:
-        raise ValueError(f"model_type must be one of {MODEL_TYPES}, got {model_type!r}")
-    if side not in (None, *SIDES):
-        raise ValueError(f"side must be one of {SIDES} or None (both), got {side!r}")
+    if model_type not in VOCAB_MODEL_TYPES:
+        raise ValueError(f"model_type must be one of {VOCAB_MODEL_TYPES}, got {model_type!r}")
+    if side not in (None, *VOCAB_SIDES):
+        raise ValueError(f"side must be one of {VOCAB_SIDES} or None (both), got {side!r}")
     sample = {"input_sentence_size": 0, "shuffle_input_sentence": False}
     if isinstance(texts_or_corpus, StreamedCorpus):
         texts = _non_empty(texts_or_corpus.texts(side))
