@@ -1,8 +1,9 @@
 """What a binary does to its process: settings before TensorFlow is imported, and its exit.
 
 The library sets nothing at import: a program that imports tf_transformer keeps
-its own environment. Each binary (train, translate, evaluate, average_checkpoints,
-export) calls `apply()` first in its main, before its first TensorFlow import,
+its own environment. Each binary (train, translate, evaluate, score, average_checkpoints,
+export, summary, presets, data.vocab, data.corpus_stats) calls `apply()` first in its main,
+before its first TensorFlow import,
 because TensorFlow reads these variables once, at import.
 
   TF_ENABLE_ONEDNN_OPTS=1  TensorFlow's oneDNN kernels, only where the CPU runs
