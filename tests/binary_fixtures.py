@@ -1,5 +1,6 @@
-"""Shared by the binary tests: the flags a binary's --helpxml says this repository defines,
-the flag blocks of its --help (test_binaries.py, test_packaging.py), and `run_main`, a
+"""Shared by the binary tests: every binary of the repository (`binaries`), the flags a
+binary's --helpxml says this repository defines, the flag blocks of its --help
+(test_binaries.py, test_packaging.py, test_layout.py), and `run_main`, a
 binary run in this process (a subprocess is for what only a process shows: exit by
 signal, a pipe, TF_CONFIG clusters, --help)."""
 

@@ -2,9 +2,9 @@
 
 The library sets nothing at import: a program that imports tf_transformer keeps
 its own environment. Each binary (train, translate, evaluate, score, average_checkpoints,
-export, summary, presets, data.vocab, data.corpus_stats) calls `apply()` first in its main,
-before its first TensorFlow import,
-because TensorFlow reads these variables once, at import.
+export, summary, presets, data.vocab, data.corpus_stats) calls `apply()` first in its
+main, before its first TensorFlow import, because TensorFlow reads these variables once,
+at import.
 
   TF_ENABLE_ONEDNN_OPTS=1  TensorFlow's oneDNN kernels, only where the CPU runs
       the model (no GPU visible). The stock wheel turns them on by itself only
