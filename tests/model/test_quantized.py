@@ -33,11 +33,16 @@ def _float_reference(x, kernel, bias, relu):
 
 @pytest.mark.parametrize("mode", ["eager", "graph"])
 def test_the_kernel_accumulates_integers_exactly(mode):
-    """int8 rows (scale 1/127) times int8 columns of range 127 (scale 1): the float32
-    output times 127 is the integer product, recovered exactly, plus the bias."""
+    """int8 rows (scale 1/127) times columns of quantized.WEIGHT_LEVELS (range 127: scale
+    1): the float32 output times 127 is the integer product, recovered exactly, on every
+    CPU. The last rows and columns are the extremes where a CPU without VNNI saturates
+    its int16 pair sums for weights over 63: rows of +-127 against columns of +-63."""
+    levels = quantized.WEIGHT_LEVELS
     rng = np.random.default_rng(0)
     x = rng.integers(-127, 128, size=(6, 40)).astype(np.int8)
-    kernel = rng.integers(-127, 128, size=(40, 24)).astype(np.int8)
+    kernel = rng.integers(-levels, levels + 1, size=(40, 24)).astype(np.int8)
+    x[-2], x[-1] = 127, -127
+    kernel[:, -2], kernel[:, -1] = levels, -levels
     ranges = np.full(24, 127.0, np.float32)
     integers = x.astype(np.int64) @ kernel.astype(np.int64)
 
@@ -53,13 +58,14 @@ def test_the_kernel_accumulates_integers_exactly(mode):
 
 @pytest.mark.parametrize("relu", [False, True])
 def test_integer_valued_rows_and_columns_are_their_own_int8(relu):
-    """Rows and columns whose range is 127 quantize to themselves: the product is the
-    integer product plus bias, to float32 rounding."""
+    """Rows whose range is 127 and columns whose range is WEIGHT_LEVELS quantize to
+    themselves: the product is the integer product plus bias, to float32 rounding."""
+    levels = quantized.WEIGHT_LEVELS
     rng = np.random.default_rng(3)
     x = rng.integers(-127, 128, size=(5, 32)).astype(np.float32)
     x[:, 0] = 127.0
-    kernel = rng.integers(-127, 128, size=(32, 16)).astype(np.float32)
-    kernel[0] = -127.0
+    kernel = rng.integers(-levels, levels + 1, size=(32, 16)).astype(np.float32)
+    kernel[0] = -levels
     bias = rng.integers(-1000, 1000, size=16).astype(np.float32)
     weight = quantized.quantize_weight(kernel, bias)
     np.testing.assert_array_equal(weight.values.numpy(), kernel.astype(np.int8))
@@ -78,11 +84,14 @@ def test_weights_are_per_channel_symmetric_int8():
     weight = quantized.quantize_weight(kernel)
     values = weight.values.numpy()
     assert values.dtype == np.int8
-    assert np.abs(values).max(axis=0).tolist() == [127] * 3 + [0] + [127] * 4
-    np.testing.assert_allclose(weight.ranges.numpy()[[0, 7]], np.abs(kernel).max(axis=0)[[0, 7]])
+    levels = quantized.WEIGHT_LEVELS
+    assert levels == 63  # the most a CPU without VNNI sums exactly (module docstring)
+    assert np.abs(values).max(axis=0).tolist() == [levels] * 3 + [0] + [levels] * 4
+    limits = np.abs(kernel).max(axis=0)
+    np.testing.assert_allclose(weight.ranges.numpy()[[0, 7]], limits[[0, 7]] * 127 / levels)
     np.testing.assert_array_equal(weight.negative_ranges.numpy(), -weight.ranges.numpy())
     error = np.abs(quantized.dequantized(weight) - kernel)
-    assert np.all(error <= weight.ranges.numpy() / 254 * (1 + 1e-5))
+    assert np.all(error <= limits / (2 * levels) * (1 + 1e-5))
 
 
 @pytest.mark.parametrize("relu", [False, True])

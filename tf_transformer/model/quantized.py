@@ -10,8 +10,8 @@ layers' projections: self-attention's fused q/k/v and its output,
 cross-attention's query and output, both FFN products (off by default: measured
 slower, see Int8Step).
 
-Weights: per output channel, symmetric, round(127 w / max|w| of the channel),
-quantized once when the step is made (`Int8Step`), kept as constants: an
+Weights: per output channel, symmetric, round(63 w / max|w| of the channel) (7 bits,
+WEIGHT_LEVELS: why below), quantized once when the step is made (`Int8Step`), kept as constants: an
 exported graph carries them, restored with the graph, and the float copies of
 the model stay where they were (the `score` signature's teacher-forced pass
 reads them). Activations: per row, symmetric over the row's own range, quantized
@@ -20,6 +20,16 @@ input row's range, and the bias and ReLU follow. oneDNN's kernel takes one
 activation scale per tensor, which would fuse the whole epilogue, but a row's
 values would then depend on the other rows of the batch (measured: a sentence's
 translation changed with its batch-mates); per row, they do not.
+
+Why 7-bit weights: on a CPU without VNNI or AMX-int8 (AVX2, AVX-512 without VNNI)
+oneDNN's int8 kernel shifts the activations to unsigned (x + 128, up to 255) and
+sums pairs of u8 x s8 products in int16 (vpmaddubsw), which saturates above 32767:
+with weights up to 127 a pair reaches 64770 and the product is silently wrong
+(measured on an AVX2 EPYC: half of a random integer product's outputs off by up
+to 27,008 of ~60,000). With weights up to 63 a pair is at most 255 * 63 * 2 = 32130:
+exact on every kernel oneDNN picks, so an export quantized on one CPU serves
+the same on any other. It costs the weights one bit (error at most 1/126 of the
+channel's range, the activations' 1/254 of the row's).
 
 What stays in the model's dtype (bfloat16 for an int8 Translator,
 `MODEL_DTYPE`): the embedding, the decoder layers' projections (but with
@@ -44,13 +54,16 @@ from tf_transformer.model import shapes
 from tf_transformer.model.cache import DecoderCache
 
 INT8 = "int8"
+WEIGHT_LEVELS = 63  # weights round(63 w / range): exact without VNNI (module docstring)
 MODEL_DTYPE = "bfloat16"  # the dtype of an int8 Translator's model (what is not quantized)
 
 
 class QuantizedWeight(NamedTuple):
-    """A [k, n] kernel as int8: values int8 [k, n], ranges float32 [n] (max |w| of each
-    output channel: w ~ values * ranges / 127) and their negatives, its bias float32 [n]
-    or None, and float32 zeros [n] (the kernel's fused bias: see `linear`)."""
+    """A [k, n] kernel as int8: values int8 [k, n] (within +-WEIGHT_LEVELS), ranges
+    float32 [n] (the kernel's range of each output channel, on its scale of 127 levels:
+    w ~ values * ranges / 127, ranges = max |w| * 127 / WEIGHT_LEVELS) and their
+    negatives, its bias float32 [n] or None, and float32 zeros [n] (the kernel's fused
+    bias: see `linear`)."""
 
     values: tf.Tensor
     ranges: tf.Tensor
@@ -60,12 +73,14 @@ class QuantizedWeight(NamedTuple):
 
 
 def quantize_weight(kernel, bias=None) -> QuantizedWeight:
-    """Per-channel symmetric int8 of a [k, n] kernel (channels: its n columns), and its
-    bias, as constants. A zero column keeps range 1 (values 0)."""
+    """Per-channel symmetric int8 of a [k, n] kernel (channels: its n columns) over
+    +-WEIGHT_LEVELS, and its bias, as constants. A zero column keeps values 0."""
     kernel = np.asarray(kernel, np.float32)
-    ranges = np.abs(kernel).max(axis=0)
-    ranges = np.where(ranges > 0, ranges, 1.0).astype(np.float32)
-    values = np.clip(np.rint(kernel * (127.0 / ranges)), -127, 127).astype(np.int8)
+    limits = np.abs(kernel).max(axis=0)
+    limits = np.where(limits > 0, limits, 1.0)
+    values = np.clip(np.rint(kernel * (WEIGHT_LEVELS / limits)), -WEIGHT_LEVELS,
+                     WEIGHT_LEVELS).astype(np.int8)
+    ranges = (limits * (127.0 / WEIGHT_LEVELS)).astype(np.float32)
     bias = None if bias is None else tf.constant(np.asarray(bias, np.float32))
     return QuantizedWeight(tf.constant(values), tf.constant(ranges), tf.constant(-ranges), bias,
                            tf.zeros([kernel.shape[1]]))
