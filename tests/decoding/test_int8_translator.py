@@ -8,7 +8,7 @@ import tensorflow as tf
 from model_fixtures import EMBEDDED_CORPUS_DIR, make_model_dir
 from run_cache_fixtures import built_once
 
-from tf_transformer.config import ConfigError, DecodeConfig
+from tf_transformer.config import EOS_ID, ConfigError, DecodeConfig
 from tf_transformer.decoding.translator import Translator
 from tf_transformer.inputs import corpus
 from tf_transformer.model import quantized
@@ -48,24 +48,28 @@ def test_an_int8_translator_steps_on_int8_over_a_bfloat16_model(int8):
 
 
 def test_outputs_follow_the_float32_search_and_scores_stay_close(int8, float32):
-    """The int8 search's score of its best output is float32's score of that output
-    (teacher-forced, the same ids) within 3% + 0.1 on at least half the sentences and within
-    0.5 nats per token on every one, and outputs mostly follow float32's: the fixture's 120
-    training steps are not deterministic, and over its trainings the same outputs were 11 to
-    30 of 32 (the bfloat16 search alone: 30 of 32 on one of them), so the test asks a third.
-    (On one fresh clone's training 7 of 32 scores were off by 1.7-2.1, about 0.3 nats per
-    token, the rest by under 0.09: int8's error on that model is an open question.)"""
+    """The int8 search's score of each output it ended with EOS is float32's score of that
+    output (teacher-forced, the same ids) within 3% + 0.1 on at least half of them and
+    within 0.5 nats per token on every one, and outputs mostly follow float32's: the
+    fixture's 120 training steps are not deterministic, and over its trainings the same
+    outputs were 11 to 30 of 32 (the bfloat16 search alone: 30 of 32 on one of them), so
+    the test asks a third. An output cut at its maximum length is not compared: the search
+    scores it without EOS (log P(y) / lp(|y|)), `score` with EOS appended (scoring.py),
+    ~0.8-1.8 apart in float32 alone; on a training whose model ran to the maximum on most
+    sentences that difference, not int8's, once failed this comparison."""
     texts = dev_sentences(32, start=100)
     source_ids = int8.source_ids(tf.constant(texts))
     ours = int8.translate_ids(source_ids)
     assert ours["scores"].dtype == tf.float32
-    rescored = float32.score_ids(source_ids, ours["ids"][:, 0])["score"].numpy()
-    scores = ours["scores"].numpy()[:, 0]
+    ids, lengths = ours["ids"].numpy()[:, 0], ours["lengths"].numpy()[:, 0]
+    ended = ids[np.arange(len(texts)), np.maximum(lengths - 1, 0)] == EOS_ID
+    assert ended.sum() >= 4, ended  # enough outputs ended with EOS to compare
+    rescored = float32.score_ids(source_ids, ours["ids"][:, 0])["score"].numpy()[ended]
+    scores = ours["scores"].numpy()[ended, 0]
     error = np.abs(scores - rescored)
     assert np.median(error / (0.03 * np.abs(rescored) + 0.1)) < 1.0, error
-    lengths = ours["lengths"].numpy()[:, 0]
-    penalty = ((5.0 + lengths) / 6.0) ** int8.alpha  # score = log P / penalty
-    np.testing.assert_array_less(error * penalty, 0.5 * lengths)
+    penalty = ((5.0 + lengths[ended]) / 6.0) ** int8.alpha  # score = log P / penalty
+    np.testing.assert_array_less(error * penalty, 0.5 * lengths[ended])
     full = float32.translate_ids(source_ids)
     same = [np.array_equal(a[a != 0], b[b != 0])  # PAD after EOS, to each batch's width
             for a, b in zip(ours["ids"].numpy()[:, 0], full["ids"].numpy()[:, 0])]
