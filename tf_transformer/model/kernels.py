@@ -244,10 +244,10 @@ def quantized_matmul(x: tf.Tensor, weights: tf.Tensor, weights_min: tf.Tensor,
     keys its kernels on their buffers, so pass the same tensors every call, not new
     ones); bias float32 [n]. The accumulation is int32 (on AMX tiles where the CPU has
     them), scaled in float32; exact for weights within +-63 on every CPU, within +-127
-    only with VNNI or AMX (quantized.WEIGHT_LEVELS says why). `weights_constant`: the kernel keeps its reordered copy of
-    the first weights (and bias) it sees, so a graph must give each op the same
-    (constant) weights every call; an eager op's kernel is shared by every call, so
-    eager callers pass False."""
+    only with VNNI or AMX (quantized.WEIGHT_LEVELS says why). `weights_constant`: the
+    kernel keeps its reordered copy of the first weights (and bias) it sees, so a graph
+    must give each op the same (constant) weights every call; an eager op's kernel is
+    shared by every call, so eager callers pass False."""
     fused = ["BiasAdd", "Relu", "Dequantize"] if relu else ["BiasAdd", "Dequantize"]
     # int8 weights: a loop carries its captured constants, and loops have no qint8 kernels.
     weights = tf.bitcast(weights, tf.qint8) if weights.dtype == tf.int8 else weights

@@ -11,8 +11,8 @@ cross-attention's query and output, both FFN products (off by default: measured
 slower, see Int8Step).
 
 Weights: per output channel, symmetric, round(63 w / max|w| of the channel) (7 bits,
-WEIGHT_LEVELS: why below), quantized once when the step is made (`Int8Step`), kept as constants: an
-exported graph carries them, restored with the graph, and the float copies of
+WEIGHT_LEVELS: why below), quantized once when the step is made (`Int8Step`), kept
+as constants: an exported graph carries them, restored with the graph, and the float copies of
 the model stay where they were (the `score` signature's teacher-forced pass
 reads them). Activations: per row, symmetric over the row's own range, quantized
 at every call (kernels.quantize_rows); each output row is then multiplied by its
