@@ -2,6 +2,7 @@
 
   python -m export --model_dir=DIR --export_dir=EXPORT_DIR \
       [--checkpoint=PATH | --average_last=N] [--beam_size=4 --alpha=0.6 --extra_length=50]
+      [--signatures=serving_default,tokenize,...]
   python -m export --format=ctranslate2 --model_dir=DIR --export_dir=OUT \
       [--checkpoint=PATH | --average_last=N] [--quantization=int8]
 
@@ -35,6 +36,10 @@ flags.DEFINE_string("warmup_sentences",
                     "Sentences for assets.extra/tf_serving_warmup_requests ('' for none).")
 flags.DEFINE_string("model_name", "transformer",
                     "model_spec.name written into the warmup requests.")
+flags.DEFINE_list("signatures", None,
+                  "The signatures to export (serving_default always among them), e.g. "
+                  "serving_default,tokenize: only theirs are traced, saved and loaded; "
+                  "default: every signature (export/serving/README.md).")
 flags.DEFINE_enum("format", "saved_model", ["saved_model", "ctranslate2"],
                   "saved_model (TF Serving layout) or ctranslate2.")
 flags.DEFINE_string("quantization", None,
@@ -58,7 +63,10 @@ def main(argv):
                                             FLAGS.average_last, FLAGS.quantization))
         return
     from tf_transformer.exporters import saved_model, warmup
-
+    try:
+        signature_names = saved_model.chosen_signatures(FLAGS.signatures)
+    except ValueError as error:
+        raise app.UsageError(f"--signatures: {error}")
     translator, _ = flags_lib.translator_from_flags(all_beams=True)
     used = translator.checkpoint_paths
     sentences = (warmup.read_sentences(FLAGS.warmup_sentences)
@@ -71,7 +79,7 @@ def main(argv):
     }
     path = saved_model.export(
         translator, FLAGS.export_dir, model_dir.vocab_paths(),
-        metadata, sentences, FLAGS.model_name)
+        metadata, sentences, FLAGS.model_name, signature_names)
     print(path)
 
 

@@ -36,12 +36,14 @@ def loaded(exported):
 def bf16_exported(model_dir, tmp_path_factory, worker_id):
     """The --dtype=bfloat16 export of `model_dir` (--average_last=2) with the default
     parallel searches (--parallel_searches=2: a batch of 16 or more sentences is searched
-    as two sub-batches), no warmup requests: its version directory."""
+    as two sub-batches), no warmup requests, serving_default alone (--signatures): its
+    version directory."""
     flags = [f for f in DECODE_FLAGS if not f.startswith("--parallel_searches")]
     export_dir = built_once(
         tmp_path_factory, worker_id, "export-transformer-average2-bfloat16-parallel",
         lambda path: export_model(model_dir, path, *flags, "--parallel_searches=2",
-                                  "--average_last=2", "--dtype=bfloat16", "--warmup_sentences="))
+                                  "--average_last=2", "--dtype=bfloat16", "--warmup_sentences=",
+                                  "--signatures=serving_default"))
     return os.path.join(export_dir, str(versions._last_issued(export_dir)))
 
 

@@ -109,7 +109,8 @@ def compiled_run(model_dir, tmp_path_factory):
     shape once."""
     work = tmp_path_factory.mktemp("xla")
     compiled = export_model(model_dir, str(work / "export"), *DECODE_FLAGS, "--average_last=2",
-                            "--dtype=bfloat16", "--decode_jit_compile", "--warmup_sentences=")
+                            "--dtype=bfloat16", "--decode_jit_compile", "--warmup_sentences=",
+                            "--signatures=serving_default")
     texts = dev_sentences(20, start=40) + [""]
     got, status = clean_translate(compiled, ("\n".join(texts) + "\n").encode(), str(work),
                                   "--ops=tensorflow_text",

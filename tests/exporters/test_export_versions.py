@@ -64,6 +64,10 @@ def test_export_flags_are_checked(model_dir, tmp_path):
                                   "--average_last=2", f"--checkpoint={model_dir}"])
     assert refused["code"] == 1  # app.UsageError
     assert "give --checkpoint or --average_last, not both" in refused["stderr"]
+    unknown = run_main("export", [f"--model_dir={model_dir}", f"--export_dir={tmp_path / 'e'}",
+                                  "--signatures=translate,translate_fast"])
+    assert unknown["code"] == 1 and "--signatures: unknown signatures ['translate_fast']" in \
+        unknown["stderr"]
     assert not os.path.exists(tmp_path / "e")
     chosen = Translator.from_model_dir(ModelDir(model_dir), f"{model_dir}/ckpt-1", DECODE)
     paths = list(chosen.checkpoint_paths)

@@ -12,6 +12,7 @@ import os
 import threading
 
 import numpy as np
+import pytest
 import tensorflow as tf
 from saved_model_fixtures import SIGNATURE_SPECS, dev_sentences, serve_bytes
 
@@ -71,13 +72,33 @@ def test_each_search_is_traced_once(exported, bf16_exported):
     """Signatures, the module's functions and the parts of a batch share one trace of the
     search per nbest: a second copy (signatures traced before the save's own retrace) cost
     ~90 MB of loader RSS, a copy per parallel search ~60 MB. (`exported` runs one search
-    per batch; `bf16_exported` has the parallel parts.)"""
-    for export in (exported, bf16_exported):
-        loops = _search_loops(export)
-        # nbest 1 (translate) and nbest = beam (translate_nbest, translate_ids: the
-        # export's), the sampling loop (sample), the search with alignments
-        # (translate_with_alignments) and the prefixed search (translate_with_prefix)
-        assert sorted(loops.values()) == [1, 1, 1, 1, 1], (export, loops)
+    per batch; `bf16_exported` has the parallel parts and serving_default alone, whose
+    search is the only one it holds.)"""
+    loops = _search_loops(exported)
+    # nbest 1 (translate) and nbest = beam (translate_nbest, translate_ids: the
+    # export's), the sampling loop (sample), the search with alignments
+    # (translate_with_alignments) and the prefixed search (translate_with_prefix)
+    assert sorted(loops.values()) == [1, 1, 1, 1, 1], loops
+    assert list(_search_loops(bf16_exported).values()) == [1]
+
+
+def test_chosen_signatures_alone_are_exported(bf16_exported):
+    """`export --signatures=serving_default` (conftest.py's bf16_exported): that signature
+    alone in the MetaGraphDef and the metadata; unknown names are refused, serving_default
+    is always among the chosen, in the table's order."""
+    from tensorflow.core.protobuf import saved_model_pb2
+    proto = saved_model_pb2.SavedModel()
+    with open(os.path.join(bf16_exported, "saved_model.pb"), "rb") as f:
+        proto.ParseFromString(f.read())
+    names = {n for n in proto.meta_graphs[0].signature_def if not n.startswith("__")}
+    assert names == {"serving_default"}
+    with open(os.path.join(bf16_exported, "assets", "export_metadata.json")) as f:
+        assert json.load(f)["signatures"] == ["serving_default"]
+    assert saved_model.chosen_signatures(None) == saved_model.SIGNATURES
+    assert saved_model.chosen_signatures(["tokenize", "sample"]) == (
+        "serving_default", "tokenize", "sample")
+    with pytest.raises(ValueError, match=r"unknown signatures \['translate_fast'\]"):
+        saved_model.chosen_signatures(["translate_fast", "tokenize"])
 
 
 def test_outputs_equal_the_translator_and_options_work(loaded, translator):

@@ -21,7 +21,7 @@ from saved_model_fixtures import export_model
 
 from tf_transformer.config import BOS_ID, EOS_ID, PAD_ID, DecodeConfig
 from tf_transformer.decoding.translator import Translator
-from tf_transformer.exporters import saved_model
+from tf_transformer.exporters import saved_model, warmup
 from tf_transformer.inputs import corpus
 from tf_transformer.inputs.tokenizer import Tokenizer
 from tf_transformer import model_dir as model_dir_lib
@@ -90,7 +90,11 @@ def test_the_saved_model_tokenizes_the_source_and_detokenizes_the_target(pair, t
     model_dir, sources, references = pair
     source_path, target_path = ModelDir(model_dir).vocab_paths()
     source, target = Tokenizer(source_path), Tokenizer(target_path)
-    exported = export_model(model_dir, str(tmp_path / "export"), *DECODE_FLAGS)
+    # The signatures it reads (--signatures): their warmup requests are serving_default's.
+    exported = export_model(model_dir, str(tmp_path / "export"), *DECODE_FLAGS,
+                            "--signatures=tokenize,detokenize")
+    requests = warmup.read_warmup_requests(os.path.join(exported, warmup.WARMUP_FILE))
+    assert requests and {r.model_spec.signature_name for r in requests} == {"serving_default"}
     for name, path in (("source_vocab.model", source_path), ("target_vocab.model", target_path)):
         with open(path, "rb") as f, open(os.path.join(exported, "assets", name), "rb") as g:
             assert f.read() == g.read()

@@ -54,7 +54,8 @@ def test_no_unk_through_the_translate_binary_and_the_saved_model(byte_fallback_m
     binary = [line.split("\t")[2] for line in lines]
     assert not [text for text in binary if UNK_TEXT in text]
 
-    exported = export_model(byte_fallback_model_dir, str(tmp_path / "export"), *DECODE_FLAGS)
+    exported = export_model(byte_fallback_model_dir, str(tmp_path / "export"), *DECODE_FLAGS,
+                            "--signatures=translate_nbest", "--warmup_sentences=")
     served = tf.saved_model.load(exported).signatures["translate_nbest"](
         text=tf.constant(UNSEEN))["translations"].numpy()
     texts = [t.decode("utf-8") for row in served for t in row]

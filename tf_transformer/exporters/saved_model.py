@@ -6,7 +6,9 @@ Layout: EXPORT_DIR/<version>/ with saved_model.pb, variables/, assets/
 place when complete, so a server never sees half an export.
 
 The graph is the Translator's (the same tf.functions the translate binary
-runs), wrapped by `ServingModule` into signatures:
+runs), wrapped by `ServingModule` into signatures (all of them, or those chosen:
+`export --signatures`, serving_default always among them; each search a signature
+does not need is then neither traced, saved nor loaded):
 
   serving_default  text string [B] -> translation string [B], score float32 [B]
   translate        text [B], alpha float32 [], extra_length int32 [] (negative:
@@ -60,6 +62,21 @@ METADATA_FILE = "export_metadata.json"
 
 
 
+SIGNATURES = ("serving_default", "translate", "translate_nbest", "translate_ids", "tokenize",
+              "detokenize", "score", "sample", "translate_with_prefix", "translate_with_alignments")
+
+
+def chosen_signatures(names: Sequence[str] | None) -> tuple[str, ...]:
+    """`names` checked and in SIGNATURES' order, serving_default always among them (TF
+    Serving's default and the warmup requests' signature); None: every signature."""
+    if names is None:
+        return SIGNATURES
+    unknown = sorted(set(names) - set(SIGNATURES))
+    if unknown:
+        raise ValueError(f"unknown signatures {unknown}: choose from {', '.join(SIGNATURES)}")
+    return tuple(n for n in SIGNATURES if n == "serving_default" or n in names)
+
+
 class _Untracked:
     """Holds an object without making it part of the SavedModel's object graph."""
 
@@ -68,12 +85,15 @@ class _Untracked:
 
 
 class ServingModule(tf.Module):
-    """The exported object: a Translator, its vocabulary and metadata as assets.
+    """The exported object: a Translator, its vocabulary and metadata as assets, and the
+    functions of the chosen signatures (`chosen_signatures`).
 
-    Loaded in Python, `translate(text, alpha=-1., extra_length=-1)`,
-    `translate_nbest(...)` and `translate_ids(...)` keep their optional
-    arguments; the signatures (SIGNATURES) are for TF Serving, which needs
-    every input of a signature in each request.
+    Only the chosen signatures' functions are attributes of the module, so only their
+    searches are traced, saved and loaded: `tf.saved_model.save` saves every tf.function
+    it finds on the object, signature or not. Loaded in Python, `translate(text,
+    alpha=-1., extra_length=-1)`, `translate_nbest(...)` and `translate_ids(...)` keep
+    their optional arguments; the signatures are for TF Serving, which needs every input
+    of a signature in each request.
 
     Variables: the Keras model is not tracked; its weights' underlying
     tf.Variables are (`model_variables`), as keras.export.ExportArchive does.
@@ -85,9 +105,10 @@ class ServingModule(tf.Module):
     """
 
     def __init__(self, translator: Translator, vocab_path: str | Sequence[str],
-                 metadata_path: str):
+                 metadata_path: str, signature_names: Sequence[str] = SIGNATURES):
         super().__init__(name="serving")
         self._translator = _Untracked(translator)
+        self._signature_names = chosen_signatures(signature_names)
         self.model_variables = [w.value for w in translator.model.weights]
         self.tokenizer = translator.tokenizer  # its SentencepieceOp resource
         if isinstance(vocab_path, str):
@@ -101,91 +122,94 @@ class ServingModule(tf.Module):
         self.alpha = tf.constant(translator.alpha, name="alpha")
         self.extra_length = tf.constant(translator.extra_length, name="extra_length")
         self.max_source_length = tf.constant(translator.max_source_length)
+        for name in self._signature_names:
+            function = "serve" if name == "serving_default" else name
+            setattr(self, function, tf.function(getattr(self, "_" + function), autograph=False,
+                                                input_signature=self._INPUTS[function]))
 
     @property
     def translator(self) -> Translator:
         return self._translator.value
 
-    @tf.function(autograph=False, input_signature=[signatures.TEXT])
-    def serve(self, text):
+    _INPUTS = {
+        "serve": [signatures.TEXT],
+        "translate": [signatures.TEXT, signatures.ALPHA, signatures.EXTRA],
+        "translate_nbest": [signatures.TEXT, signatures.ALPHA, signatures.EXTRA],
+        "translate_ids": [signatures.IDS, signatures.ALPHA, signatures.EXTRA],
+        "tokenize": [signatures.TEXT],
+        "detokenize": [signatures.OUT_IDS],
+        "score": [signatures.SOURCE, signatures.TARGET],
+        "sample": [signatures.TEXT, signatures.TOPK, signatures.TOPP, signatures.TEMPERATURE,
+                   signatures.SEED],
+        "translate_with_prefix": [signatures.TEXT, signatures.PREFIX],
+        "translate_with_alignments": [signatures.TEXT, signatures.ALPHA, signatures.EXTRA],
+    }
+
+    def _serve(self, text):
         out = self.translator.translate(text)
         return {"translation": out["translation"], "score": out["score"]}
 
-    @tf.function(autograph=False, input_signature=[signatures.TEXT, signatures.ALPHA, signatures.EXTRA])
-    def translate(self, text, alpha=-1.0, extra_length=-1):
+    def _translate(self, text, alpha=-1.0, extra_length=-1):
         return self.translator.translate(text, alpha, extra_length)
 
-    @tf.function(autograph=False, input_signature=[signatures.TEXT, signatures.ALPHA, signatures.EXTRA])
-    def translate_nbest(self, text, alpha=-1.0, extra_length=-1):
+    def _translate_nbest(self, text, alpha=-1.0, extra_length=-1):
         return self.translator.translate_nbest(text, alpha, extra_length)
 
-    @tf.function(autograph=False, input_signature=[signatures.IDS, signatures.ALPHA, signatures.EXTRA])
-    def translate_ids(self, source_ids, alpha=-1.0, extra_length=-1):
+    def _translate_ids(self, source_ids, alpha=-1.0, extra_length=-1):
         return self.translator.translate_ids(source_ids, alpha, extra_length)
 
-    @tf.function(autograph=False, input_signature=[signatures.TEXT])
-    def tokenize(self, text):
+    def _tokenize(self, text):
         return {"source_ids": self.translator.source_ids(text)}
 
-    @tf.function(autograph=False, input_signature=[signatures.OUT_IDS])
-    def detokenize(self, ids):
+    def _detokenize(self, ids):
         return {"text": self.translator.target_tokenizer.detokenize(ids)}
 
-    @tf.function(autograph=False, input_signature=[signatures.SOURCE, signatures.TARGET])
-    def score(self, source, target):
+    def _score(self, source, target):
         return self.translator.score(source, target)
 
-    @tf.function(autograph=False, input_signature=[signatures.TEXT, signatures.TOPK, signatures.TOPP,
-                                  signatures.TEMPERATURE, signatures.SEED])
-    def sample(self, text, sampling_topk, sampling_topp, sampling_temperature, seed):
+    def _sample(self, text, sampling_topk, sampling_topp, sampling_temperature, seed):
         return self.translator.sample(text, sampling_topk, sampling_topp, sampling_temperature,
                                       seed)
 
-    @tf.function(autograph=False, input_signature=[signatures.TEXT, signatures.PREFIX])
-    def translate_with_prefix(self, text, prefix):
+    def _translate_with_prefix(self, text, prefix):
         return self.translator.translate_with_prefix(text, prefix)
 
-    @tf.function(autograph=False, input_signature=[signatures.TEXT, signatures.ALPHA, signatures.EXTRA])
-    def translate_with_alignments(self, text, alpha=-1.0, extra_length=-1):
+    def _translate_with_alignments(self, text, alpha=-1.0, extra_length=-1):
         return self.translator.translate_with_alignments(text, alpha, extra_length)
 
     def signatures(self) -> dict:
-        """The signatures as tf.functions, not concrete functions: `tf.saved_model.save`
-        traces them inside its save context, where the module's own functions are
-        retraced too, so both share one trace of each search (concrete functions
-        traced before the save were a second copy of every search in the graph)."""
-        return {
-            "serving_default": self.serve,
-            "translate": self.translate,
-            "translate_nbest": tf.function(lambda text: self.translate_nbest(text),
-                                           input_signature=[signatures.TEXT], autograph=False),
-            "translate_ids": tf.function(lambda source_ids: self.translate_ids(source_ids),
-                                         input_signature=[signatures.IDS], autograph=False),
-            "tokenize": self.tokenize,
-            "detokenize": self.detokenize,
-            "score": self.score,
-            "sample": self.sample,
-            "translate_with_prefix": self.translate_with_prefix,
-            "translate_with_alignments": tf.function(
-                lambda text: self.translate_with_alignments(text),
-                input_signature=[signatures.TEXT], autograph=False),
-        }
+        """The chosen signatures as tf.functions, not concrete functions:
+        `tf.saved_model.save` traces them inside its save context, where the module's own
+        functions are retraced too, so both share one trace of each search (concrete
+        functions traced before the save were a second copy of every search in the graph).
+        The signatures of functions with optional arguments take the text alone."""
+        def text_only(function):
+            return tf.function(lambda text: function(text), input_signature=[signatures.TEXT],
+                               autograph=False)
 
-
-SIGNATURES = ("serving_default", "translate", "translate_nbest", "translate_ids", "tokenize",
-              "detokenize", "score", "sample", "translate_with_prefix", "translate_with_alignments")
+        wrapped = {"serving_default": lambda: self.serve,
+                   "translate_nbest": lambda: text_only(self.translate_nbest),
+                   "translate_ids": lambda: tf.function(
+                       lambda source_ids: self.translate_ids(source_ids),
+                       input_signature=[signatures.IDS], autograph=False),
+                   "translate_with_alignments": lambda: text_only(self.translate_with_alignments)}
+        return {name: wrapped[name]() if name in wrapped else getattr(self, name)
+                for name in self._signature_names}
 
 
 def export(translator: Translator, export_dir: str, vocab_path: str | Sequence[str],
            metadata: dict, warmup_sentences: Sequence[str] = (),
-           model_name: str = "transformer") -> str:
+           model_name: str = "transformer",
+           signature_names: Sequence[str] | None = None) -> str:
     """Writes the next version of `export_dir` and returns its path.
 
     `vocab_path`: the shared vocabulary's file, or (source, target) files
     (model_dir.vocab_paths; one path twice is the shared one). `metadata`
     (config, checkpoints, ...) is completed with the decode
     settings, signatures and versions and stored as assets/export_metadata.json.
+    `signature_names`: the signatures to export (`chosen_signatures`; None: all).
     """
+    chosen = chosen_signatures(signature_names)
     paths = [vocab_path] if isinstance(vocab_path, str) else list(dict.fromkeys(vocab_path))
     version, tmp = versions.claim_version(export_dir)
     final = os.path.join(export_dir, str(version))
@@ -213,7 +237,7 @@ def export(translator: Translator, export_dir: str, vocab_path: str | Sequence[s
             "max_source_length": translator.max_source_length,
             "max_target_length": translator.max_target_length,
             **hashes,  # vocab_sha256, or source_vocab_sha256 and target_vocab_sha256
-            "signatures": list(SIGNATURES),
+            "signatures": list(chosen),
             "tensorflow": tf.__version__,
             "tensorflow_text": _tensorflow_text_version(),
         }
@@ -221,14 +245,15 @@ def export(translator: Translator, export_dir: str, vocab_path: str | Sequence[s
         with open(staged_metadata, "w") as f:
             json.dump(metadata, f, indent=2, sort_keys=True)
         module = ServingModule(translator, staged_vocabs[0] if len(staged_vocabs) == 1
-                               else staged_vocabs, staged_metadata)
+                               else staged_vocabs, staged_metadata, chosen)
         tf.saved_model.save(module, tmp, signatures=module.signatures())
         if warmup_sentences:
             wide = warmup.sentences_per_width(
                 warmup_sentences, lambda text: int(tf.shape(translator.source_ids([text]))[1]),
                 translator.max_source_length)
             warmup.write_warmup_requests(os.path.join(tmp, warmup.WARMUP_FILE), warmup_sentences,
-                                         model_name, wide)
+                                         model_name, wide,
+                                         nbest_request="translate_nbest" in chosen)
         os.rename(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

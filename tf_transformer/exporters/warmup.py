@@ -61,18 +61,18 @@ def warmup_batches(sentences: Sequence[str], wide: Sequence[str] = (),
 
 
 def write_warmup_requests(path: str, sentences: Sequence[str], model_name: str,
-                          wide: Sequence[str] = ()) -> int:
+                          wide: Sequence[str] = (), nbest_request: bool = True) -> int:
     """Writes TF Serving's warmup file: a TFRecord of PredictionLog protos, and beside
     it WARMUP_JSON, a list of {"signature", "text"}: the same requests for other loaders.
 
     One PredictRequest per batch of `warmup_batches(sentences, wide)`, for
-    serving_default, and the sentences once more for translate_nbest. Returns the number
-    of records.
+    serving_default, and the sentences once more for translate_nbest (`nbest_request`:
+    an export that has it). Returns the number of records.
     """
     from tensorflow_serving.apis import predict_pb2, prediction_log_pb2
 
     requests = [("serving_default", batch) for batch in warmup_batches(sentences, wide)]
-    if sentences:
+    if sentences and nbest_request:
         requests.append(("translate_nbest", list(sentences)))
     tf.io.gfile.makedirs(os.path.dirname(path))
     with open(os.path.join(os.path.dirname(path), os.path.basename(WARMUP_JSON)), "w",
