@@ -56,7 +56,7 @@ def load_system(args):
             decode = json.load(f)["decode"]
         run.length_bucket = decode.get("length_bucket")
         run.compute_type = decode.get("dtype", "float32")  # the export's weights and products
-        run.tokenize = loaded.signatures["tokenize"]
+        run.tokenize = loaded.signatures.get("tokenize")  # absent from a --signatures export
         return run
 
     serve = tf.saved_model.load(args.model).signatures["serving_default"]
