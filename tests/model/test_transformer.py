@@ -110,7 +110,11 @@ SAME_BUILD = {"base", "big", "d_pdrop0", "d_pdrop02", "d_ls0", "d_ls02"}
 
 @pytest.mark.parametrize("name", [n for n in presets.preset_names() if n not in SAME_BUILD])
 def test_built_params_equal_closed_form(name, zero_initializers):
+    """Each row's layers (its widths, heads, key and value sizes, positions, norms) at
+    most 2 deep: the count of a stack N deep is N layers' (base and big are built whole
+    by test_param_counts_against_table3); the rows of 4 to 8 layers took most of the build."""
     config = presets.get_preset(name, vocab_size=1000).model
+    config = dataclasses.replace(config, num_layers=min(config.num_layers, 2))
     assert build_model(config).count_params() == presets.closed_form_params(config)
 
 
