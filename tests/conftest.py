@@ -101,3 +101,14 @@ def tiny_model_dir(tmp_path_factory, worker_id, spm_model_path):
         proto = f.read()
     return built_once(tmp_path_factory, worker_id, "tiny-2+2-seed1",
                       lambda path: make_model_dir(path, proto, steps=0, seed=1))
+
+
+@pytest.fixture(scope="session")
+def trained_tiny_model_dir(tmp_path_factory, worker_id, spm_model_path):
+    """The tiny model with 1+1 layers after 120 steps on the embedded pairs: it emits EOS at
+    varied lengths (int8 and CTranslate2 tests). Built once per run."""
+    from model_fixtures import make_model_dir
+    with open(spm_model_path, "rb") as f:
+        proto = f.read()
+    return built_once(tmp_path_factory, worker_id, "tiny-1+1-trained120",
+                      lambda path: make_model_dir(path, proto, steps=120, num_layers=1))

@@ -5,8 +5,7 @@ within int8's error; the search with alignments runs on the int8 step too."""
 import numpy as np
 import pytest
 import tensorflow as tf
-from model_fixtures import EMBEDDED_CORPUS_DIR, make_model_dir
-from run_cache_fixtures import built_once
+from model_fixtures import EMBEDDED_CORPUS_DIR
 
 from tf_transformer.config import EOS_ID, ConfigError, DecodeConfig
 from tf_transformer.decoding.translator import Translator
@@ -23,22 +22,13 @@ def dev_sentences(n, start=0):
 
 
 @pytest.fixture(scope="module")
-def trained_dir(tmp_path_factory, worker_id, spm_model_path):
-    """The tiny model with 1+1 layers after 120 steps: it emits EOS at varied lengths."""
-    with open(spm_model_path, "rb") as f:
-        proto = f.read()
-    return built_once(tmp_path_factory, worker_id, "tiny-1+1-trained120",
-                      lambda path: make_model_dir(path, proto, steps=120, num_layers=1))
+def float32(trained_tiny_model_dir):
+    return Translator.from_model_dir(ModelDir(trained_tiny_model_dir), decode_config=DECODE)
 
 
 @pytest.fixture(scope="module")
-def float32(trained_dir):
-    return Translator.from_model_dir(ModelDir(trained_dir), decode_config=DECODE)
-
-
-@pytest.fixture(scope="module")
-def int8(trained_dir):
-    return Translator.from_model_dir(ModelDir(trained_dir), decode_config=INT8)
+def int8(trained_tiny_model_dir):
+    return Translator.from_model_dir(ModelDir(trained_tiny_model_dir), decode_config=INT8)
 
 
 def test_an_int8_translator_steps_on_int8_over_a_bfloat16_model(int8):

@@ -56,17 +56,6 @@ def pairs():
     return dev.sources[:16], dev.targets[:16]
 
 
-@pytest.fixture(scope="module")
-def trained_model_dir(tmp_path_factory, spm_model_path):
-    """The tiny model with 1+1 layers after 120 steps: it emits EOS, so lengths (and
-    penalties) vary. (The random 2+2-layer models of test_score_batch_equals_our_log_probs
-    check the conversion of a layer stack.)"""
-    with open(spm_model_path, "rb") as f:
-        proto = f.read()
-    return make_model_dir(str(tmp_path_factory.mktemp("model") / "trained"), proto, steps=120,
-                          num_layers=1)
-
-
 def _convert(model_dir, tmp_path_factory, name):
     output = str(tmp_path_factory.mktemp("ct2") / name)
     ct2_export.export_ctranslate2(ModelDir(model_dir), output)
@@ -165,12 +154,12 @@ def _greedy_ids_equal(ours, ct2, piece_ids, source_ids, min_decoding_length=None
     return unexplained, outputs
 
 
-def test_trained_scores_and_greedy_ids_equal(trained_model_dir, spm_model_path,
+def test_trained_scores_and_greedy_ids_equal(trained_tiny_model_dir, spm_model_path,
                                              tmp_path_factory, pairs):
-    ct2 = _convert(trained_model_dir, tmp_path_factory, "trained")
+    ct2 = _convert(trained_tiny_model_dir, tmp_path_factory, "trained")
     piece_ids = {p: i for i, p in enumerate(ct2_export.vocabulary_pieces(spm_model_path))}
-    _check_scores(trained_model_dir, ct2, pairs)
-    ours = Translator.from_model_dir(ModelDir(trained_model_dir), decode_config=GREEDY)
+    _check_scores(trained_tiny_model_dir, ct2, pairs)
+    ours = Translator.from_model_dir(ModelDir(trained_tiny_model_dir), decode_config=GREEDY)
     source_ids = ours.source_ids(tf.constant(pairs[0])).numpy()
     unexplained, _ = _greedy_ids_equal(ours, ct2, piece_ids, source_ids)
     assert not unexplained
@@ -309,13 +298,13 @@ def _beam_check(ours, ct2, piece_ids, source_ids, alphas):
     return differences, explained
 
 
-def test_beam_scores_follow_each_formula(trained_model_dir, spm_model_path, tmp_path_factory,
+def test_beam_scores_follow_each_formula(trained_tiny_model_dir, spm_model_path, tmp_path_factory,
                                          pairs, eos_first):
     """On the trained model (outputs mostly forced at the maximum length) and on the
     EOS-prone one at beam 4 (outputs of every length, so the penalties matter)."""
-    ct2 = _convert(trained_model_dir, tmp_path_factory, "beam")
+    ct2 = _convert(trained_tiny_model_dir, tmp_path_factory, "beam")
     piece_ids = {p: i for i, p in enumerate(ct2_export.vocabulary_pieces(spm_model_path))}
-    ours = Translator.from_model_dir(ModelDir(trained_model_dir), decode_config=BEAM)
+    ours = Translator.from_model_dir(ModelDir(trained_tiny_model_dir), decode_config=BEAM)
     source_ids = ours.source_ids(tf.constant(pairs[0])).numpy()
     differences, explained = _beam_check(ours, ct2, piece_ids, source_ids, (0.6, 1.0, 2.0))
     eos_ours, eos_ct2, _, _ = eos_first
