@@ -60,8 +60,6 @@ from tf_transformer.exporters import versions, warmup
 
 METADATA_FILE = "export_metadata.json"
 
-
-
 SIGNATURES = ("serving_default", "translate", "translate_nbest", "translate_ids", "tokenize",
               "detokenize", "score", "sample", "translate_with_prefix", "translate_with_alignments")
 
