@@ -60,8 +60,25 @@ from tf_transformer.exporters import versions, warmup
 
 METADATA_FILE = "export_metadata.json"
 
-SIGNATURES = ("serving_default", "translate", "translate_nbest", "translate_ids", "tokenize",
-              "detokenize", "score", "sample", "translate_with_prefix", "translate_with_alignments")
+# Signature -> (the ServingModule function it calls, that function's inputs).
+_FUNCTIONS = {
+    "serving_default": ("serve", [signatures.TEXT]),
+    "translate": ("translate", [signatures.TEXT, signatures.ALPHA, signatures.EXTRA]),
+    "translate_nbest": ("translate_nbest", [signatures.TEXT, signatures.ALPHA, signatures.EXTRA]),
+    "translate_ids": ("translate_ids", [signatures.IDS, signatures.ALPHA, signatures.EXTRA]),
+    "tokenize": ("tokenize", [signatures.TEXT]),
+    "detokenize": ("detokenize", [signatures.OUT_IDS]),
+    "score": ("score", [signatures.SOURCE, signatures.TARGET]),
+    "sample": ("sample", [signatures.TEXT, signatures.TOPK, signatures.TOPP,
+                          signatures.TEMPERATURE, signatures.SEED]),
+    "translate_with_prefix": ("translate_with_prefix", [signatures.TEXT, signatures.PREFIX]),
+    "translate_with_alignments": ("translate_with_alignments",
+                                  [signatures.TEXT, signatures.ALPHA, signatures.EXTRA]),
+}
+SIGNATURES = tuple(_FUNCTIONS)
+# Their signatures take the first input alone (TF Serving needs every input of a signature;
+# the options have the `translate` signature).
+_FIRST_INPUT_ONLY = ("translate_nbest", "translate_ids", "translate_with_alignments")
 
 
 def chosen_signatures(names: Sequence[str] | None) -> tuple[str, ...]:
@@ -121,27 +138,13 @@ class ServingModule(tf.Module):
         self.extra_length = tf.constant(translator.extra_length, name="extra_length")
         self.max_source_length = tf.constant(translator.max_source_length)
         for name in self._signature_names:
-            function = "serve" if name == "serving_default" else name
+            function, inputs = _FUNCTIONS[name]
             setattr(self, function, tf.function(getattr(self, "_" + function), autograph=False,
-                                                input_signature=self._INPUTS[function]))
+                                                input_signature=inputs))
 
     @property
     def translator(self) -> Translator:
         return self._translator.value
-
-    _INPUTS = {
-        "serve": [signatures.TEXT],
-        "translate": [signatures.TEXT, signatures.ALPHA, signatures.EXTRA],
-        "translate_nbest": [signatures.TEXT, signatures.ALPHA, signatures.EXTRA],
-        "translate_ids": [signatures.IDS, signatures.ALPHA, signatures.EXTRA],
-        "tokenize": [signatures.TEXT],
-        "detokenize": [signatures.OUT_IDS],
-        "score": [signatures.SOURCE, signatures.TARGET],
-        "sample": [signatures.TEXT, signatures.TOPK, signatures.TOPP, signatures.TEMPERATURE,
-                   signatures.SEED],
-        "translate_with_prefix": [signatures.TEXT, signatures.PREFIX],
-        "translate_with_alignments": [signatures.TEXT, signatures.ALPHA, signatures.EXTRA],
-    }
 
     def _serve(self, text):
         out = self.translator.translate(text)
@@ -179,20 +182,19 @@ class ServingModule(tf.Module):
         """The chosen signatures as tf.functions, not concrete functions:
         `tf.saved_model.save` traces them inside its save context, where the module's own
         functions are retraced too, so both share one trace of each search (concrete
-        functions traced before the save were a second copy of every search in the graph).
-        The signatures of functions with optional arguments take the text alone."""
-        def text_only(function):
-            return tf.function(lambda text: function(text), input_signature=[signatures.TEXT],
-                               autograph=False)
+        functions traced before the save were a second copy of every search in the graph)."""
+        chosen = {}
+        for name in self._signature_names:
+            function = getattr(self, _FUNCTIONS[name][0])
+            chosen[name] = _first_input_only(function) if name in _FIRST_INPUT_ONLY else function
+        return chosen
 
-        wrapped = {"serving_default": lambda: self.serve,
-                   "translate_nbest": lambda: text_only(self.translate_nbest),
-                   "translate_ids": lambda: tf.function(
-                       lambda source_ids: self.translate_ids(source_ids),
-                       input_signature=[signatures.IDS], autograph=False),
-                   "translate_with_alignments": lambda: text_only(self.translate_with_alignments)}
-        return {name: wrapped[name]() if name in wrapped else getattr(self, name)
-                for name in self._signature_names}
+
+def _first_input_only(function):
+    """A signature of `function` that takes its first input alone, the optional ones left
+    at their defaults."""
+    return tf.function(lambda first: function(first), autograph=False,
+                       input_signature=function.input_signature[:1])
 
 
 def export(translator: Translator, export_dir: str, vocab_path: str | Sequence[str],
